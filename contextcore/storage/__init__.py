@@ -1,0 +1,1 @@
+"""PostgreSQL + pgvector through asyncpg: the connection pool, the migrations and the ledgers."""

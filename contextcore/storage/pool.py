@@ -1,0 +1,45 @@
+"""Opening connections and pools with a bounded wait and a one-line error."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+import asyncpg
+
+from contextcore.errors import InfrastructureUnavailable
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error lines and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return parts._replace(netloc=netloc).geturl()
+
+
+def _unreachable(url: str, error: BaseException) -> InfrastructureUnavailable:
+    reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return InfrastructureUnavailable(f"cannot reach the database at {redact(url)}: {reason}")
+
+
+async def connect(url: str, *, timeout_s: float = 5.0) -> asyncpg.Connection:
+    """One connection, or :class:`InfrastructureUnavailable` after ``timeout_s``."""
+    try:
+        return await asyncpg.connect(url, timeout=timeout_s)
+    except (TimeoutError, OSError, asyncpg.PostgresError, ValueError) as error:
+        raise _unreachable(url, error) from error
+
+
+async def create_pool(
+    url: str, *, timeout_s: float = 5.0, min_size: int = 1, max_size: int = 10
+) -> asyncpg.Pool:
+    """A pool whose first connections are open, or :class:`InfrastructureUnavailable`."""
+    try:
+        pool = await asyncpg.create_pool(
+            url, min_size=min_size, max_size=max_size, timeout=timeout_s
+        )
+    except (TimeoutError, OSError, asyncpg.PostgresError, ValueError) as error:
+        raise _unreachable(url, error) from error
+    assert pool is not None
+    return pool

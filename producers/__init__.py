@@ -1,0 +1,5 @@
+"""Clients that publish requests to contextcore's topics and await the replies."""
+
+from producers.client import BuildFailed, ContextClient, ReplyTimeout
+
+__all__ = ["BuildFailed", "ContextClient", "ReplyTimeout"]

@@ -1,0 +1,67 @@
+"""``contextcore-build REQUEST.json POLICY.json``: publish one build request, print the reply.
+
+Exit status: 0 with the brief as JSON on stdout; 1 with the error reply; 2 when the broker is
+unreachable or no reply came in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from contextcore.errors import ContextcoreError
+from contextcore.settings import Settings
+from producers.client import ContextClient, ReplyTimeout
+from schemas.build import BuildRequestV1, parse_build_request
+
+
+async def _send(envelope: BuildRequestV1, timeout: float) -> int:
+    async with ContextClient.from_settings(Settings()) as client:
+        reply = await client.request(envelope.request, envelope.policy, timeout=timeout)
+    print(reply.model_dump_json(indent=2))
+    return 0 if reply.status == "ok" else 1
+
+
+def _read(request_path: Path, policy_path: Path) -> BuildRequestV1:
+    """The files as the consumer would read them (malformed entities dropped)."""
+    envelope, _ = parse_build_request(
+        {
+            "correlation_id": "cli",
+            "reply_to": "cli",
+            "request": json.loads(request_path.read_text()),
+            "policy": json.loads(policy_path.read_text()),
+        }
+    )
+    return envelope
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="contextcore-build", description=__doc__)
+    parser.add_argument("request", type=Path, help="a ContextRequest as JSON")
+    parser.add_argument("policy", type=Path, help="a ContextPolicy as JSON")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait (10)")
+    args = parser.parse_args(argv)
+    try:
+        return asyncio.run(_send(_read(args.request, args.policy), args.timeout))
+    except ValidationError as error:
+        print(
+            f"contextcore-build: invalid input: {error.errors()[0]['msg']} at "
+            f"{'.'.join(str(p) for p in error.errors()[0]['loc'])}",
+            file=sys.stderr,
+        )
+        return 1
+    except (OSError, ValueError) as error:
+        print(f"contextcore-build: {error}", file=sys.stderr)
+        return 1
+    except (ReplyTimeout, ContextcoreError) as error:
+        print(f"contextcore-build: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

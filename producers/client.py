@@ -1,0 +1,194 @@
+"""``ContextClient``: publish a build request and await its reply.
+
+Request/reply over Kafka without broker support: each client creates its own one-partition reply
+topic (``<reply_topic_prefix>.<client id>``), reads it from the beginning, and deletes it on
+close. A fresh topic has no old records, so the client never depends on the broker's end offsets
+(which Tansu reports wrongly). Replies are matched by correlation id; a reply nobody waits for (a
+duplicate after a consumer restart, or a late one after a timeout) is ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from types import TracebackType
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaConnectionError
+from pydantic import ValidationError
+
+from consumers.topics import TopicSpec, delete_topics, ensure_topics
+from contextcore.errors import ContextcoreError, InfrastructureUnavailable
+from contextcore.models import ContextBrief, ContextPolicy, ContextRequest
+from contextcore.settings import Settings
+from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
+
+log = logging.getLogger("contextcore.client")
+
+
+class BuildFailed(ContextcoreError):
+    """The service answered the request with an error reply."""
+
+    def __init__(self, error: ErrorInfo) -> None:
+        self.error = error
+        details = f" ({'; '.join(error.details)})" if error.details else ""
+        super().__init__(f"{error.code}: {error.message}{details}")
+
+
+class ReplyTimeout(ContextcoreError):
+    """No reply arrived in time; the request may still be answered later (and ignored)."""
+
+
+class ContextClient:
+    """An async client of the build-request topic. Use as ``async with ContextClient(...)``."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        request_topic: str,
+        reply_topic_prefix: str = "contextcore.reply",
+        fetch_max_wait_ms: int = 20,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self.request_topic = request_topic
+        self.client_id = uuid.uuid4().hex
+        self.reply_topic = f"{reply_topic_prefix}.{self.client_id}"
+        self._fetch_max_wait_ms = fetch_max_wait_ms
+        self._connect_timeout_s = connect_timeout_s
+        self._pending: dict[str, asyncio.Future[BuildReplyV1]] = {}
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ContextClient:
+        return cls(
+            bootstrap_servers=settings.require_bootstrap_servers(),
+            request_topic=settings.topic_build_request,
+            reply_topic_prefix=settings.reply_topic_prefix,
+            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
+            connect_timeout_s=settings.kafka_connect_timeout_s,
+        )
+
+    async def __aenter__(self) -> ContextClient:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        await ensure_topics(
+            self.bootstrap_servers,
+            [TopicSpec(self.reply_topic, 1)],
+            timeout_s=self._connect_timeout_s,
+        )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self.bootstrap_servers,
+            acks="all",
+            enable_idempotence=False,
+            linger_ms=0,
+        )
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=self._fetch_max_wait_ms,
+        )
+        try:
+            await asyncio.wait_for(self._producer.start(), self._connect_timeout_s)
+            await asyncio.wait_for(self._consumer.start(), self._connect_timeout_s)
+        except (TimeoutError, KafkaConnectionError, OSError) as error:
+            await self.close()
+            raise InfrastructureUnavailable(
+                f"cannot reach the Kafka broker at {self.bootstrap_servers}: {error}"
+            ) from error
+        self._consumer.assign([TopicPartition(self.reply_topic, 0)])
+        self._reader = asyncio.create_task(self._read_replies(self._consumer))
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+        if self._producer is not None:
+            await self._producer.stop()
+            self._producer = None
+            await delete_topics(self.bootstrap_servers, [self.reply_topic])
+
+    async def _read_replies(self, consumer: AIOKafkaConsumer) -> None:
+        async for record in consumer:
+            try:
+                reply = BuildReplyV1.model_validate_json(record.value or b"")
+            except ValidationError:
+                log.warning("ignoring a malformed reply at offset %d", record.offset)
+                continue
+            future = self._pending.pop(reply.correlation_id, None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+
+    async def request(
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        timeout: float = 10.0,
+        correlation_id: str | None = None,
+    ) -> BuildReplyV1:
+        """Publish one request and return its reply, brief or error, as the service sent it."""
+        if self._producer is None:
+            raise RuntimeError("ContextClient.start() was not called")
+        envelope = BuildRequestV1(
+            correlation_id=correlation_id or uuid.uuid4().hex,
+            reply_to=self.reply_topic,
+            request=request,
+            policy=policy,
+        )
+        future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
+        self._pending[envelope.correlation_id] = future
+        try:
+            await self._producer.send_and_wait(
+                self.request_topic,
+                envelope.model_dump_json().encode(),
+                key=envelope.correlation_id.encode(),
+            )
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            raise ReplyTimeout(
+                f"no reply to {envelope.correlation_id} within {timeout:g} s"
+            ) from None
+        finally:
+            self._pending.pop(envelope.correlation_id, None)
+
+    async def build(
+        self, request: ContextRequest, policy: ContextPolicy, *, timeout: float = 10.0
+    ) -> ContextBrief:
+        """The brief for ``request`` under ``policy``.
+
+        Raises:
+            BuildFailed: the service answered with an error (invalid request, policy, …).
+            ReplyTimeout: no reply within ``timeout`` seconds.
+        """
+        reply = await self.request(request, policy, timeout=timeout)
+        if reply.status == "error":
+            assert reply.error is not None
+            raise BuildFailed(reply.error)
+        assert reply.brief is not None
+        return reply.brief
