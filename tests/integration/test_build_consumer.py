@@ -1,0 +1,134 @@
+"""The walking skeleton end to end: real broker, real Postgres, a real consumer process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import uuid
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+
+from contextcore.settings import Settings, dead_letter_topic
+from tests.integration.conftest import StartConsumer
+from tests.integration.helpers import producer, read_json, request_message
+
+pytestmark = pytest.mark.integration
+
+
+async def test_plain_aiokafka_request_gets_its_reply_on_the_named_topic(
+    kafka_settings: Settings, start_consumer: StartConsumer
+) -> None:
+    bootstrap = kafka_settings.require_bootstrap_servers()
+    reply_topic = f"{kafka_settings.reply_topic_prefix}.plain"
+    await start_consumer(kafka_settings)
+    send = await producer(bootstrap)
+    try:
+        entities = [{"kind": "crm.company", "id": "c1"}, {"kind": 7}, "not a ref"]
+        message = request_message("corr-plain-1", reply_topic)
+        message["request"]["entities"] = entities
+        await send.send_and_wait(kafka_settings.topic_build_request, json.dumps(message).encode())
+    finally:
+        await send.stop()
+
+    [reply] = await read_json(bootstrap, reply_topic, until=1)
+    assert reply["correlation_id"] == "corr-plain-1"
+    assert reply["status"] == "ok"
+    assert reply["brief"] == {
+        "text": "", "items": [], "tokens": 0, "per_source_tokens": {}, "dropped": {},
+        "failed_sources": [],
+    }
+    assert reply["dropped_entities"] == 2
+
+
+async def test_malformed_json_is_dead_lettered_and_the_next_request_is_answered(
+    kafka_settings: Settings, start_consumer: StartConsumer
+) -> None:
+    bootstrap = kafka_settings.require_bootstrap_servers()
+    topic = kafka_settings.topic_build_request
+    reply_topic = f"{kafka_settings.reply_topic_prefix}.dlt"
+    await start_consumer(kafka_settings)
+    send = await producer(bootstrap)
+    try:
+        # One partition (key) for both, so the valid request queues behind the poison one.
+        bad = await send.send_and_wait(topic, b'{"correlation_id": "x", oops', key=b"k")
+        good = request_message("corr-after-poison", reply_topic)
+        await send.send_and_wait(topic, json.dumps(good).encode(), key=b"k")
+    finally:
+        await send.stop()
+
+    [letter] = await read_json(bootstrap, dead_letter_topic(topic), until=1)
+    assert (letter["topic"], letter["partition"], letter["offset"]) == (
+        topic, bad.partition, bad.offset
+    )
+    assert letter["reason"].startswith("not JSON")
+    assert letter["payload"] == '{"correlation_id": "x", oops'
+    assert letter["consumer_group"] == kafka_settings.build_group_id
+    [reply] = await read_json(bootstrap, reply_topic, until=1)
+    assert (reply["correlation_id"], reply["status"]) == ("corr-after-poison", "ok")
+
+
+async def test_invalid_request_with_a_readable_address_gets_an_error_reply(
+    kafka_settings: Settings, start_consumer: StartConsumer
+) -> None:
+    bootstrap = kafka_settings.require_bootstrap_servers()
+    reply_topic = f"{kafka_settings.reply_topic_prefix}.invalid"
+    await start_consumer(kafka_settings)
+    message = request_message("corr-invalid", reply_topic)
+    message["policy"]["total_token_budget"] = "500"  # strict: a string is refused, not coerced
+    send = await producer(bootstrap)
+    try:
+        await send.send_and_wait(kafka_settings.topic_build_request, json.dumps(message).encode())
+    finally:
+        await send.stop()
+
+    [reply] = await read_json(bootstrap, reply_topic, until=1)
+    assert reply["correlation_id"] == "corr-invalid"
+    assert reply["status"] == "error"
+    assert reply["error"]["code"] == "invalid_request"
+    assert any("policy.total_token_budget" in line for line in reply["error"]["details"])
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
+async def test_restarting_the_consumer_mid_stream_loses_no_request(
+    kafka_settings: Settings, start_consumer: StartConsumer, crash: int
+) -> None:
+    bootstrap = kafka_settings.require_bootstrap_servers()
+    reply_topic = f"{kafka_settings.reply_topic_prefix}.restart"
+    expected = {f"corr-{i}" for i in range(300)}
+    send = await producer(bootstrap)
+    try:
+        for correlation_id in sorted(expected):
+            message = request_message(correlation_id, reply_topic)
+            await send.send(kafka_settings.topic_build_request, json.dumps(message).encode(),
+                            key=correlation_id.encode())
+        await send.flush()
+    finally:
+        await send.stop()
+
+    reader = AIOKafkaConsumer(
+        reply_topic, bootstrap_servers=bootstrap, group_id=f"reader-{uuid.uuid4().hex}",
+        auto_offset_reset="earliest", fetch_max_wait_ms=20,
+    )
+    first = await start_consumer(kafka_settings)
+    await reader.start()
+    seen: list[str] = []
+    restarted = False
+    try:
+        async with asyncio.timeout(200):
+            while not expected.issubset(seen):
+                batch = await reader.getmany(timeout_ms=200)
+                for records in batch.values():
+                    seen.extend(json.loads(r.value)["correlation_id"] for r in records)
+                if not restarted and len(seen) >= 30:
+                    await first.stop(crash)  # mid-stream: replies sent, more still queued
+                    restarted = True
+                    await start_consumer(kafka_settings)
+    finally:
+        await reader.stop()
+
+    assert restarted
+    assert set(seen) == expected  # every request answered, no stray correlation id
+    assert len(seen) >= len(expected)  # duplicates allowed, each marked by its correlation id
