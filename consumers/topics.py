@@ -7,6 +7,9 @@ topics when it restarts, and a production cluster with auto-creation off needs t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -46,18 +49,18 @@ async def ensure_topics(
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap_servers, request_timeout_ms=int(timeout_s * 1000)
     )
-    try:
-        await asyncio.wait_for(admin.start(), timeout_s)
-    except (TimeoutError, KafkaConnectionError, OSError) as error:
-        await admin.close()
-        raise InfrastructureUnavailable(
-            f"cannot reach the Kafka broker at {bootstrap_servers}: {error or 'timed out'}"
-        ) from error
+    with _quiet("aiokafka"):  # the one-line error below says it all; no log line per attempt
+        try:
+            await asyncio.wait_for(admin.start(), timeout_s)
+        except (TimeoutError, KafkaConnectionError, OSError) as error:
+            await admin.close()
+            raise InfrastructureUnavailable(
+                f"cannot reach the Kafka broker at {bootstrap_servers}: {error or 'timed out'}"
+            ) from error
     try:
         existing = set(await admin.list_topics())
-        missing = [t for t in topics if t.name not in existing]
         created: list[str] = []
-        for topic in missing:
+        for topic in (t for t in topics if t.name not in existing):
             try:
                 await admin.create_topics(
                     [NewTopic(topic.name, num_partitions=topic.partitions, replication_factor=1)]
@@ -70,6 +73,17 @@ async def ensure_topics(
         raise InfrastructureUnavailable(f"broker {bootstrap_servers} refused: {error}") from error
     finally:
         await admin.close()
+
+
+@contextlib.contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 async def delete_topics(bootstrap_servers: str, names: list[str]) -> None:

@@ -23,7 +23,7 @@ import asyncpg
 import pytest
 
 from consumers.devstack import DevStack
-from consumers.topics import all_topics, ensure_topics, build_topics
+from consumers.topics import all_topics, build_topics, ensure_topics
 from contextcore.settings import Settings
 from contextcore.storage import migrations
 
@@ -176,8 +176,14 @@ async def start_consumer(tmp_path: Path) -> AsyncIterator[StartConsumer]:
         log_path = tmp_path / f"consumer-{len(started)}.log"
         with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "consumers.cli", "serve", "build",
-                env=settings_env(settings), stdout=asyncio.subprocess.PIPE, stderr=log,
+                sys.executable,
+                "-m",
+                "consumers.cli",
+                "serve",
+                "build",
+                env=settings_env(settings),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
             )
         handle = ConsumerProcess(process, log_path)
         started.append(handle)

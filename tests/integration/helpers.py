@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from consumers.topics import TopicSpec, ensure_topics
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
 
@@ -33,15 +34,31 @@ async def producer(bootstrap: str) -> AIOKafkaProducer:
     return client
 
 
+async def assigned_reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
+    """A group-less consumer of every partition of ``topic`` from the beginning.
+
+    No group means no join (3-5 s on Tansu); the topic is created first when missing.
+    """
+    await ensure_topics(bootstrap, [TopicSpec(topic, 1)])
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        auto_offset_reset="earliest",
+        fetch_max_wait_ms=20,
+        enable_auto_commit=False,
+    )
+    await consumer.start()
+    await consumer.topics()  # refreshes the metadata partitions_for_topic reads
+    partitions = consumer.partitions_for_topic(topic) or {0}
+    consumer.assign([TopicPartition(topic, p) for p in sorted(partitions)])
+    return consumer
+
+
 async def read_json(
     bootstrap: str, topic: str, *, until: int, timeout: float = 60.0
 ) -> list[dict[str, Any]]:
-    """Read ``topic`` from the beginning until ``until`` records arrived (partition-less)."""
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=bootstrap, group_id=f"reader-{uuid.uuid4().hex}",
-        auto_offset_reset="earliest", fetch_max_wait_ms=20, enable_auto_commit=False,
-    )
-    await consumer.start()
+    """Read ``topic`` from the beginning until ``until`` records arrived."""
+    consumer = await assigned_reader(bootstrap, topic)
     records: list[dict[str, Any]] = []
     try:
         async with asyncio.timeout(timeout):

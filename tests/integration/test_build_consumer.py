@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import uuid
 
 import pytest
-from aiokafka import AIOKafkaConsumer
 
 from contextcore.settings import Settings, dead_letter_topic
 from tests.integration.conftest import StartConsumer
-from tests.integration.helpers import producer, read_json, request_message
+from tests.integration.helpers import assigned_reader, producer, read_json, request_message
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +34,11 @@ async def test_plain_aiokafka_request_gets_its_reply_on_the_named_topic(
     assert reply["correlation_id"] == "corr-plain-1"
     assert reply["status"] == "ok"
     assert reply["brief"] == {
-        "text": "", "items": [], "tokens": 0, "per_source_tokens": {}, "dropped": {},
+        "text": "",
+        "items": [],
+        "tokens": 0,
+        "per_source_tokens": {},
+        "dropped": {},
         "failed_sources": [],
     }
     assert reply["dropped_entities"] == 2
@@ -60,7 +62,9 @@ async def test_malformed_json_is_dead_lettered_and_the_next_request_is_answered(
 
     [letter] = await read_json(bootstrap, dead_letter_topic(topic), until=1)
     assert (letter["topic"], letter["partition"], letter["offset"]) == (
-        topic, bad.partition, bad.offset
+        topic,
+        bad.partition,
+        bad.offset,
     )
     assert letter["reason"].startswith("not JSON")
     assert letter["payload"] == '{"correlation_id": "x", oops'
@@ -102,18 +106,17 @@ async def test_restarting_the_consumer_mid_stream_loses_no_request(
     try:
         for correlation_id in sorted(expected):
             message = request_message(correlation_id, reply_topic)
-            await send.send(kafka_settings.topic_build_request, json.dumps(message).encode(),
-                            key=correlation_id.encode())
+            await send.send(
+                kafka_settings.topic_build_request,
+                json.dumps(message).encode(),
+                key=correlation_id.encode(),
+            )
         await send.flush()
     finally:
         await send.stop()
 
-    reader = AIOKafkaConsumer(
-        reply_topic, bootstrap_servers=bootstrap, group_id=f"reader-{uuid.uuid4().hex}",
-        auto_offset_reset="earliest", fetch_max_wait_ms=20,
-    )
+    reader = await assigned_reader(bootstrap, reply_topic)
     first = await start_consumer(kafka_settings)
-    await reader.start()
     seen: list[str] = []
     restarted = False
     try:

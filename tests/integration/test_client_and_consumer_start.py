@@ -1,0 +1,124 @@
+"""``ContextClient`` against a live consumer, and how a consumer refuses to start."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import urllib.request
+import uuid
+
+import pytest
+
+from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.settings import Settings
+from producers.client import BuildFailed, ContextClient, ReplyTimeout
+from tests.integration.conftest import StartConsumer
+
+pytestmark = pytest.mark.integration
+
+REQUEST = ContextRequest(
+    subject=ContextSubject(organization_id=uuid.UUID(int=7)), query="what changed at Acme?"
+)
+POLICY = ContextPolicy(
+    total_token_budget=100, sources=[ContextSourceSpec(name="application", token_budget=50)]
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_client_build_returns_the_brief_and_metrics_count_it(
+    kafka_settings: Settings, start_consumer: StartConsumer
+) -> None:
+    settings = kafka_settings.model_copy(update={"metrics_port": free_port()})
+    await start_consumer(settings)
+    async with ContextClient.from_settings(settings) as client:
+        brief = await client.build(REQUEST, POLICY, timeout=30)
+        replies = await asyncio.gather(
+            *(client.request(REQUEST, POLICY, timeout=30) for _ in range(20))
+        )
+    assert brief.text == ""
+    assert brief.items == []
+    assert {r.status for r in replies} == {"ok"}
+    assert len({r.correlation_id for r in replies}) == 20
+
+    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+    assert 'contextcore_build_requests_total{outcome="ok"} 21.0' in body
+    assert "contextcore_build_duration_seconds_bucket" in body
+
+
+async def test_client_raises_build_failed_on_an_error_reply(
+    kafka_settings: Settings, start_consumer: StartConsumer
+) -> None:
+    await start_consumer(kafka_settings)
+    async with ContextClient.from_settings(kafka_settings) as client:
+        # The model refuses a duplicated page kind, so build a raw envelope the way a foreign
+        # producer would: through the client's own publish path with a tampered policy.
+        policy = POLICY.model_copy(update={"page_order": ["memory", "memory"]})
+        with pytest.raises(BuildFailed) as raised:
+            await client.build(REQUEST, policy, timeout=30)
+    assert raised.value.error.code == "invalid_request"
+    assert any("page_order" in line for line in raised.value.error.details)
+
+
+async def test_client_times_out_when_nobody_answers(kafka_settings: Settings) -> None:
+    async with ContextClient.from_settings(kafka_settings) as client:
+        with pytest.raises(ReplyTimeout, match=r"no reply to \w+ within 0.5 s"):
+            await client.build(REQUEST, POLICY, timeout=0.5)
+
+
+async def run_serve(settings: Settings) -> tuple[int, str]:
+    from tests.integration.conftest import settings_env
+
+    process = await asyncio.create_subprocess_exec(
+        "python",
+        "-m",
+        "consumers.cli",
+        "serve",
+        "build",
+        env=settings_env(settings),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, err.decode()
+
+
+async def test_consumer_refuses_to_serve_an_unmigrated_database(
+    kafka_settings: Settings, empty_database_url: str
+) -> None:
+    code, err = await run_serve(
+        kafka_settings.model_copy(update={"database_url": empty_database_url})
+    )
+    assert code == 1
+    assert "contextcore: refusing to serve: migration 00001_foundation is pending" in err
+    assert "Traceback" not in err
+
+
+async def test_consumer_with_an_unreachable_broker_exits_with_one_line(
+    kafka_settings: Settings,
+) -> None:
+    settings = kafka_settings.model_copy(
+        update={"kafka_bootstrap_servers": f"127.0.0.1:{free_port()}", "kafka_connect_timeout_s": 2}
+    )
+    code, err = await run_serve(settings)
+    assert code == 2
+    [line] = err.strip().splitlines()
+    assert line.startswith(
+        f"contextcore: cannot reach the Kafka broker at {settings.kafka_bootstrap_servers}: "
+    )
+    assert "Traceback" not in err
+
+
+async def test_consumer_without_settings_exits_with_one_line(kafka_settings: Settings) -> None:
+    settings = kafka_settings.model_copy(update={"kafka_bootstrap_servers": None})
+    code, err = await run_serve(settings)
+    assert code == 2
+    assert err.strip().startswith("contextcore: CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is not set")
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,99 @@
+"""The build-request message boundary and the consumer's decision, without a broker."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from consumers.build import DeadLetter, Reply, decide, empty_brief
+from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
+from schemas.build import BuildReplyV1, parse_build_request, reply_address
+
+ORG = "6f1c2a3b-0000-4000-8000-000000000001"
+
+
+def message(**overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "correlation_id": "c-1",
+        "reply_to": "replies.a",
+        "request": {"subject": {"organization_id": ORG}, "query": "q"},
+        "policy": {"total_token_budget": 10, "sources": [{"name": "a", "token_budget": 5}]},
+    }
+    base.update(overrides)
+    return base
+
+
+def test_malformed_entities_are_dropped_and_valid_refs_kept_in_order() -> None:
+    raw = message()
+    raw["request"]["entities"] = [
+        {"kind": "crm.company", "id": "1"},
+        {"kind": "crm.person"},
+        42,
+        {"kind": "crm.deal", "id": "2", "label": "Big"},
+        {"kind": "x", "id": "3", "extra": 1},
+    ]
+    envelope, dropped = parse_build_request(raw)
+    assert dropped == 3
+    assert envelope.request.entities == (
+        ResourceRef(kind="crm.company", id="1"),
+        ResourceRef(kind="crm.deal", id="2", label="Big"),
+    )
+    assert envelope.request.query == "q"  # the rest of the request is kept
+
+
+@pytest.mark.parametrize("reply_to", ["", ".", "..", "has space", "a/b", "x" * 250])
+def test_reply_to_must_be_a_kafka_topic_name(reply_to: str) -> None:
+    with pytest.raises(ValidationError):
+        parse_build_request(message(reply_to=reply_to))
+    assert reply_address(message(reply_to=reply_to)) is None
+
+
+def test_unknown_schema_version_and_extra_fields_are_refused() -> None:
+    with pytest.raises(ValidationError):
+        parse_build_request(message(schema_version=2))
+    with pytest.raises(ValidationError):
+        parse_build_request(message(surprise=True))
+
+
+async def test_not_json_is_dead_lettered() -> None:
+    outcome = await decide(b"\xff\xfe not json", empty_brief)
+    assert isinstance(outcome, DeadLetter)
+    assert outcome.reason.startswith("not JSON")
+
+
+async def test_invalid_request_without_an_address_is_dead_lettered() -> None:
+    outcome = await decide(json.dumps({"policy": {}}).encode(), empty_brief)
+    assert isinstance(outcome, DeadLetter)
+    assert "without a usable reply_to/correlation_id" in outcome.reason
+
+
+async def test_invalid_request_with_an_address_gets_an_error_reply() -> None:
+    outcome = await decide(json.dumps(message(policy={"sources": "x"})).encode(), empty_brief)
+    assert isinstance(outcome, Reply)
+    assert (outcome.topic, outcome.correlation_id) == ("replies.a", "c-1")
+    assert outcome.message.status == "error"
+    assert outcome.message.error is not None
+    assert outcome.message.error.code == "invalid_request"
+    assert outcome.message.error.details == ["policy.sources: Input should be a valid list"]
+
+
+async def test_a_builder_that_raises_becomes_an_internal_error_reply() -> None:
+    async def broken(request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
+        raise RuntimeError("boom")
+
+    outcome = await decide(json.dumps(message()).encode(), broken)
+    assert isinstance(outcome, Reply)
+    assert outcome.message.error is not None
+    assert outcome.message.error.code == "internal_error"
+    assert outcome.message.error.message == "RuntimeError: boom"
+
+
+async def test_valid_request_gets_the_built_brief_and_the_dropped_count() -> None:
+    raw = message()
+    raw["request"]["entities"] = [{"kind": "crm.company", "id": "1"}, {"id": "no kind"}]
+    outcome = await decide(json.dumps(raw).encode(), empty_brief)
+    assert isinstance(outcome, Reply)
+    assert outcome.message == BuildReplyV1.ok("c-1", ContextBrief.empty(), dropped_entities=1)

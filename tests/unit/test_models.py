@@ -1,0 +1,105 @@
+"""The contract models: strict budgets, page order, subject keys, the token estimate."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from pydantic import ValidationError
+
+from contextcore.models import (
+    CLASS_ORDER,
+    MAX_CONTEXT_ITEM_LIMIT,
+    ContextPolicy,
+    ContextRequest,
+    ContextSourceSpec,
+    ContextSubject,
+    ResourceRef,
+    make_subject_key,
+)
+from contextcore.tokens import estimate_tokens
+
+
+@pytest.mark.parametrize("value", ["5", True, 5.0, -1])
+def test_budgets_are_strict_non_negative_ints(value: object) -> None:
+    with pytest.raises(ValidationError):
+        ContextSourceSpec(name="application", token_budget=value)
+    with pytest.raises(ValidationError):
+        ContextPolicy(sources=[], total_token_budget=value)
+
+
+@pytest.mark.parametrize("value", ["5", True, -1, MAX_CONTEXT_ITEM_LIMIT + 1])
+def test_limit_is_a_strict_int_up_to_the_ceiling(value: object) -> None:
+    with pytest.raises(ValidationError):
+        ContextSourceSpec(name="application", token_budget=1, limit=value)
+
+
+def test_zero_budgets_zero_limit_and_none_stay_parseable() -> None:
+    spec = ContextSourceSpec(name="application", token_budget=0, limit=0)
+    assert (spec.token_budget, spec.limit) == (0, 0)
+    assert ContextSourceSpec(name="a", token_budget=1).limit is None
+    assert ContextSourceSpec(name="a", token_budget=1, limit=MAX_CONTEXT_ITEM_LIMIT).limit == 999
+    assert ContextPolicy(sources=[]).total_token_budget == 0
+
+
+def test_page_order_refuses_a_kind_twice_and_an_unknown_kind() -> None:
+    with pytest.raises(ValidationError, match="names 'memory' twice"):
+        ContextPolicy(sources=[], page_order=["memory", "knowledge", "memory"])
+    with pytest.raises(ValidationError):
+        ContextPolicy(sources=[], page_order=["gossip"])
+
+
+def test_class_order_holds_the_ten_kinds_with_conversation_first_and_run_history_last() -> None:
+    assert len(CLASS_ORDER) == len(set(CLASS_ORDER)) == 10
+    assert CLASS_ORDER[0] == "conversation"
+    assert CLASS_ORDER[-1] == "run_history"
+    assert CLASS_ORDER.index("personal_memory") < CLASS_ORDER.index("application")
+    assert CLASS_ORDER.index("application") < CLASS_ORDER.index("dossier")
+
+
+def test_request_round_trips_through_json() -> None:
+    request = ContextRequest(
+        subject=ContextSubject(organization_id=uuid.uuid4(), user_id=uuid.uuid4()),
+        query="what changed?",
+        entities=(ResourceRef(kind="crm.company", id="8f21", label="Acme"),),
+        run_id=uuid.uuid4(),
+    )
+    assert ContextRequest.model_validate_json(request.model_dump_json()) == request
+
+
+def test_subject_key_format_and_missing_parts() -> None:
+    ref = ResourceRef(kind="crm.company", id="8f21", label="ignored:label")
+    assert make_subject_key(ref, "lifecycle_stage") == "crm.company:8f21:lifecycle_stage"
+    assert make_subject_key(None, "lifecycle_stage") is None
+    assert make_subject_key(ref, None) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "id_", "attribute"),
+    [
+        ("", "1", "a"),
+        ("k", "", "a"),
+        ("k", "1", ""),
+        ("k:x", "1", "a"),
+        ("k", "1:2", "a"),
+        ("k", "1", "preference:x"),
+    ],
+)
+def test_subject_key_refuses_empty_or_colon_parts(kind: str, id_: str, attribute: str) -> None:
+    with pytest.raises(ValueError, match="subject key"):
+        make_subject_key(ResourceRef(kind=kind, id=id_), attribute)
+
+
+def test_application_field_and_memory_attribute_never_share_a_key() -> None:
+    ref = ResourceRef(kind="crm.company", id="8f21")
+    assert make_subject_key(ref, "lifecycle_stage") != make_subject_key(
+        ref, "observation.lifecycle_stage"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [("", 0), ("a", 1), ("abcd", 1), ("abcde", 2), ("日本", 2), ("😀", 1), ("😀a", 2)],
+)
+def test_token_estimate_counts_utf8_bytes_rounded_up(text: str, tokens: int) -> None:
+    assert estimate_tokens(text) == tokens
