@@ -1,0 +1,48 @@
+"""The deploy files name commands, settings and images that exist in this repository."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from contextcore.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+SETTINGS = {f"CONTEXTCORE_{name.upper()}" for name in Settings.model_fields}
+
+
+def k8s_documents() -> list[dict[str, Any]]:
+    documents: list[dict[str, Any]] = []
+    for path in sorted((ROOT / "k8s").glob("*.yaml")):
+        documents.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
+    return documents
+
+
+def containers(document: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = document.get("spec", {}).get("template", {}).get("spec", {})
+    return list(spec.get("containers", []))
+
+
+def test_every_k8s_document_has_a_kind_and_the_kustomization_lists_real_files() -> None:
+    documents = k8s_documents()
+    assert all({"apiVersion", "kind"} <= doc.keys() for doc in documents)
+    kustomization = yaml.safe_load((ROOT / "k8s" / "kustomization.yaml").read_text())
+    assert all((ROOT / "k8s" / name).exists() for name in kustomization["resources"])
+
+
+def test_k8s_and_compose_commands_are_installed_scripts_and_settings_exist() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    commands = [c["command"] for doc in k8s_documents() for c in containers(doc)]
+    commands += [s["command"] for s in compose["services"].values() if "command" in s]
+    assert commands
+    assert {command[0] for command in commands} <= SCRIPTS
+
+    config = next(d for d in k8s_documents() if d["kind"] == "ConfigMap")
+    assert set(config["data"]) <= SETTINGS
+    for service in compose["services"].values():
+        names = {n for n in service.get("environment", {}) if n.startswith("CONTEXTCORE_")}
+        assert names <= SETTINGS
