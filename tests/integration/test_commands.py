@@ -1,0 +1,83 @@
+"""The operator's commands end to end: ``contextcore demo`` and ``contextcore-build``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from contextcore.settings import Settings
+from tests.integration.conftest import StartConsumer, settings_env
+
+pytestmark = pytest.mark.integration
+
+
+async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.timeout(180)
+async def test_demo_applies_the_schema_starts_the_consumer_and_prints_the_reply(
+    kafka_settings: Settings, empty_database_url: str
+) -> None:
+    settings = kafka_settings.model_copy(update={"database_url": empty_database_url})
+    code, out, err = await run(
+        sys.executable, "-m", "consumers.cli", "demo", env=settings_env(settings)
+    )
+    assert code == 0, err
+    assert "starting the embedded broker" not in out  # the addresses point elsewhere
+    assert "applied 00001_foundation" in out
+    reply = json.loads(out[out.index("{") :])
+    assert reply["status"] == "ok"
+    assert reply["brief"]["failed_sources"] == []
+
+
+async def test_build_cli_publishes_json_files_and_prints_the_reply(
+    kafka_settings: Settings, start_consumer: StartConsumer, tmp_path: Path
+) -> None:
+    await start_consumer(kafka_settings)
+    request = tmp_path / "request.json"
+    request.write_text(
+        json.dumps(
+            {
+                "subject": {"organization_id": "6f1c2a3b-0000-4000-8000-000000000001"},
+                "query": "who is Acme?",
+                "entities": [{"kind": "crm.company", "id": "c1"}, {"kind": "broken"}],
+            }
+        )
+    )
+    policy = tmp_path / "policy.json"
+    policy.write_text(
+        json.dumps(
+            {
+                "total_token_budget": 100,
+                "sources": [{"name": "application", "token_budget": 50}],
+            }
+        )
+    )
+    env = settings_env(kafka_settings)
+    code, out, err = await run(
+        sys.executable, "-m", "producers.cli", str(request), str(policy), "--timeout", "60", env=env
+    )
+    assert code == 0, err
+    reply = json.loads(out)
+    assert reply["status"] == "ok"
+    assert reply["brief"]["items"] == []
+
+    policy.write_text(json.dumps({"total_token_budget": "100", "sources": []}))
+    code, out, err = await run(
+        sys.executable, "-m", "producers.cli", str(request), str(policy), env=env
+    )
+    assert code == 1
+    assert err.strip() == (
+        "contextcore-build: invalid input: Input should be a valid integer at "
+        "policy.total_token_budget"
+    )
