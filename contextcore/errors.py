@@ -1,10 +1,12 @@
 """The one exception root of contextcore.
 
     ContextcoreError
-    ├── ConfigurationError        a required setting is missing or malformed
-    ├── InfrastructureUnavailable a broker or database cannot be reached
-    └── SchemaError               the database schema does not match the code's migrations
-        └── MigrationFileError    the migration files themselves are malformed
+    ├── ConfigurationError          a required setting is missing or malformed
+    ├── InfrastructureUnavailable   a broker or database cannot be reached
+    ├── SchemaError                 the database schema does not match the code's migrations
+    │   └── MigrationFileError      the migration files themselves are malformed
+    ├── PolicyError (ValueError)    a context policy fails admission (registry.py)
+    └── RequiredContextSourceError  a required source failed; the run must fail (builder.py)
 
 Every error carries a message that fits on one line: command-line entry points print
 ``str(error)`` and exit non-zero instead of showing a traceback.

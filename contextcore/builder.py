@@ -1,0 +1,113 @@
+"""The builder: read every enabled source concurrently, time-boxed, then pack.
+
+Invariants (``spec/context-layer.md``, "Source failure"):
+
+* Every enabled source is scheduled before any result is awaited, so a blocked source never
+  delays another's start. A disabled source is never resolved (no ``registry.get``) nor read.
+* Each read has its own timeout (``source_timeout_s``, positive and finite).
+* A source fails when it raises, times out, is missing from the registry, or returns an item
+  that names another source (the packer would otherwise drop that item silently).
+* Results are joined in policy order whatever order the reads finished in.
+* Optional failures go to ``failed_sources`` (policy order) and the build goes on; all required
+  failures are raised together in one :class:`RequiredContextSourceError`.
+* Cancelling ``build`` cancels the reads still running and produces no brief: an outer
+  cancellation is not a source failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+
+from contextcore.errors import ContextcoreError
+from contextcore.models import ContextBrief, ContextItem, ContextPolicy, ContextRequest
+from contextcore.models import ContextSourceSpec as Spec
+from contextcore.packer import ContextPacker
+from contextcore.registry import ContextSource, ContextSourceRegistry
+
+
+class RequiredContextSourceError(ContextcoreError):
+    """Required sources failed; the run must fail. ``sources`` keeps policy order."""
+
+    def __init__(self, sources: Sequence[str], reasons: Sequence[str]) -> None:
+        self.sources = list(sources)
+        self.reasons = list(reasons)
+        detail = "; ".join(f"{s}: {r}" for s, r in zip(self.sources, self.reasons, strict=True))
+        super().__init__(f"required context sources failed: {detail}")
+
+
+class SourceFailure(Exception):
+    """Why one source produced no items (internal to the builder)."""
+
+
+class DefaultContextBuilder:
+    def __init__(
+        self,
+        registry: ContextSourceRegistry,
+        packer: ContextPacker,
+        *,
+        source_timeout_s: float = 1.0,
+    ) -> None:
+        if (
+            isinstance(source_timeout_s, bool)
+            or not isinstance(source_timeout_s, int | float)
+            or not math.isfinite(source_timeout_s)
+            or source_timeout_s <= 0
+        ):
+            raise ValueError(
+                f"source_timeout_s must be a positive finite number, not {source_timeout_s!r}"
+            )
+        self.registry = registry
+        self.packer = packer
+        self.source_timeout_s = float(source_timeout_s)
+
+    async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
+        enabled = [spec for spec in policy.sources if spec.enabled]
+        reads = [  # scheduled now, all of them, before anything is awaited
+            asyncio.ensure_future(self._read(self.registry.get(spec.name), request, spec))
+            for spec in enabled
+        ]
+        try:
+            results = await asyncio.gather(*reads, return_exceptions=True)
+        except asyncio.CancelledError:
+            for read in reads:
+                read.cancel()
+            raise
+        items: list[ContextItem] = []
+        failed: list[str] = []
+        required: list[tuple[str, str]] = []
+        for spec, result in zip(enabled, results, strict=True):
+            if isinstance(result, asyncio.CancelledError):
+                raise result  # a read cancelled from outside the builder: no brief
+            if isinstance(result, BaseException):
+                reason = _reason(result)
+                if spec.required:
+                    required.append((spec.name, reason))
+                else:
+                    failed.append(spec.name)
+                continue
+            items.extend(result)
+        if required:
+            raise RequiredContextSourceError([n for n, _ in required], [r for _, r in required])
+        return self.packer.pack(items, policy, failed_sources=failed)
+
+    async def _read(
+        self, source: ContextSource | None, request: ContextRequest, spec: Spec
+    ) -> list[ContextItem]:
+        if source is None:
+            raise SourceFailure(f"source {spec.name!r} is not registered in this process")
+        async with asyncio.timeout(self.source_timeout_s):
+            items = await source.retrieve(request, spec)
+        for item in items:
+            if not isinstance(item, ContextItem):
+                raise SourceFailure(f"returned {type(item).__name__}, not a ContextItem")
+            if item.source != spec.name:
+                raise SourceFailure(f"returned an item of source {item.source!r}")
+        return list(items)
+
+
+def _reason(error: BaseException) -> str:
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
