@@ -81,13 +81,19 @@ class _Candidate:
 
 
 def _render(item: ContextItem) -> tuple[str, int]:
-    """The item's line and its charge: measured body tokens plus the frame, or the whole line."""
+    """The item's line and its charge: the measured body count plus the frame, or the line.
+
+    Each part takes its own ceiling, so the charge rounds up: over-charging is the safe direction
+    against a cap.
+    """
     cite = f"[{item.ref.kind}:{item.ref.id}] " if item.ref and written_as_stored(item.ref) else ""
     title, body = one_line(item.title), one_line(item.body)
     frame = f"- {cite}{title}{': ' if body else ''}"
     line = frame + body
     if item.tokens > 0:
-        return line, item.tokens + estimate_tokens(frame + "\n")
+        # A source's measured count is trusted upward only: a count below the estimate of the
+        # body it rendered would let the brief overrun the total, which is a hard cap.
+        return line, max(item.tokens, estimate_tokens(body)) + estimate_tokens(frame + "\n")
     return line, estimate_tokens(line + "\n")
 
 

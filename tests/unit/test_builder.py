@@ -1,0 +1,185 @@
+"""The builder: concurrent, time-boxed reads; failures reported, never hidden."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from typing import Any
+
+import pytest
+
+from contextcore.builder import DefaultContextBuilder, RequiredContextSourceError
+from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
+from contextcore.packer import NOTICE_PREFIX, ContextPacker
+from contextcore.registry import ContextSource, ContextSourceRegistry
+from tests.unit.fakes import StaticSource, item
+
+REQUEST = ContextRequest(subject=ContextSubject(organization_id=uuid.uuid4()), query="q")
+
+
+def policy(*specs: dict[str, Any], total: int = 1000) -> ContextPolicy:
+    return ContextPolicy.model_validate(
+        {
+            "total_token_budget": total,
+            "sources": [{"token_budget": 100, **spec} for spec in specs],
+        }
+    )
+
+
+def builder(*sources: StaticSource, timeout: float = 1.0) -> DefaultContextBuilder:
+    return DefaultContextBuilder(
+        ContextSourceRegistry(sources), ContextPacker(), source_timeout_s=timeout
+    )
+
+
+class CountingRegistry(ContextSourceRegistry):
+    def __init__(self, sources: list[StaticSource]) -> None:
+        super().__init__(sources)
+        self.resolved: list[str] = []
+
+    def get(self, name: str) -> ContextSource | None:
+        self.resolved.append(name)
+        return super().get(name)
+
+
+@pytest.mark.parametrize("timeout", [0, -1, math.nan, math.inf, -math.inf, True])
+def test_a_zero_negative_nan_or_infinite_timeout_fails_construction(timeout: float) -> None:
+    with pytest.raises(ValueError, match="positive finite"):
+        builder(timeout=timeout)
+
+
+async def test_an_empty_or_all_disabled_policy_returns_an_empty_brief() -> None:
+    source = StaticSource("a", [item("a")])
+    assert (await builder(source).build(REQUEST, policy())).text == ""
+    brief = await builder(source).build(REQUEST, policy({"name": "a", "enabled": False}))
+    assert (brief.text, brief.items, brief.failed_sources) == ("", [], [])
+    assert source.calls == 0
+
+
+async def test_a_disabled_source_is_never_resolved_or_read() -> None:
+    off, on = StaticSource("off", [item("off")]), StaticSource("on", [item("on")])
+    registry = CountingRegistry([off, on])
+    brief = await DefaultContextBuilder(registry, ContextPacker()).build(
+        REQUEST, policy({"name": "off", "enabled": False}, {"name": "on"})
+    )
+    assert registry.resolved == ["on"]
+    assert off.calls == 0
+    assert brief.per_source_tokens.keys() == {"on"}
+
+
+async def test_an_optional_failure_lands_in_failed_sources_and_the_build_goes_on() -> None:
+    broken = StaticSource("broken", error=RuntimeError("db down"))
+    fine = StaticSource("fine", [item("fine", body="still here")])
+    brief = await builder(broken, fine).build(REQUEST, policy({"name": "broken"}, {"name": "fine"}))
+    assert brief.failed_sources == ["broken"]
+    assert brief.text.splitlines()[0] == NOTICE_PREFIX + "broken"
+    assert "still here" in brief.text
+
+
+async def test_an_optional_timeout_and_a_missing_optional_source_both_land_in_failed() -> None:
+    slow = StaticSource("slow", [item("slow")], delay=5)
+    brief = await builder(slow, timeout=0.05).build(
+        REQUEST, policy({"name": "slow"}, {"name": "not_registered"})
+    )
+    assert brief.failed_sources == ["slow", "not_registered"]
+    assert slow.cancelled
+
+
+async def test_a_required_failure_fails_the_run_and_every_failed_required_source_is_named() -> None:
+    sources = [
+        StaticSource("r1", error=RuntimeError("boom")),
+        StaticSource("opt", error=RuntimeError("ignored")),
+        StaticSource("ok", [item("ok")]),
+        StaticSource("r2", delay=5),
+    ]
+    with pytest.raises(RequiredContextSourceError) as raised:
+        await builder(*sources, timeout=0.05).build(
+            REQUEST,
+            policy(
+                {"name": "r2", "required": True},
+                {"name": "opt"},
+                {"name": "ok"},
+                {"name": "r1", "required": True},
+                {"name": "gone", "required": True},
+            ),
+        )
+    assert raised.value.sources == ["r2", "r1", "gone"]
+    assert raised.value.reasons[:2] == ["timed out", "RuntimeError: boom"]
+    assert "not registered" in raised.value.reasons[2]
+
+
+async def test_a_source_item_that_names_another_source_fails_its_source() -> None:
+    liar = StaticSource("liar", [item("liar"), item("someone_else", body="smuggled")])
+    brief = await builder(liar).build(REQUEST, policy({"name": "liar"}, {"name": "someone_else"}))
+    assert brief.failed_sources == ["liar", "someone_else"]
+    assert "smuggled" not in brief.text
+
+
+async def test_a_blocked_source_does_not_stop_another_from_starting_and_order_is_policy_order() -> (
+    None
+):
+    gate = asyncio.Event()
+
+    class Blocked(StaticSource):
+        async def retrieve(self, request: Any, spec: Any) -> Any:
+            self.started.set()
+            await gate.wait()
+            return [item(self.name, body="first in policy")]
+
+    blocked = Blocked("blocked")
+    fast = StaticSource("fast", [item("fast", body="answered first")])
+    build = asyncio.create_task(
+        builder(blocked, fast).build(REQUEST, policy({"name": "blocked"}, {"name": "fast"}))
+    )
+    await asyncio.wait_for(fast.started.wait(), 1)
+    assert blocked.started.is_set()
+    gate.set()
+    brief = await build
+    lines = brief.text.splitlines()
+    assert lines.index("- t: first in policy") < lines.index("- t: answered first")
+
+
+async def test_cancelling_the_builder_cancels_active_reads_and_creates_no_brief() -> None:
+    slow_a, slow_b = StaticSource("a", delay=10), StaticSource("b", delay=10)
+    packed: list[object] = []
+
+    class RecordingPacker(ContextPacker):
+        def pack(self, *args: Any, **kwargs: Any) -> Any:
+            packed.append(args)
+            return super().pack(*args, **kwargs)
+
+    build = asyncio.create_task(
+        DefaultContextBuilder(
+            ContextSourceRegistry([slow_a, slow_b]), RecordingPacker(), source_timeout_s=30
+        ).build(REQUEST, policy({"name": "a"}, {"name": "b"}))
+    )
+    await asyncio.wait_for(asyncio.gather(slow_a.started.wait(), slow_b.started.wait()), 1)
+    build.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await build
+    await asyncio.sleep(0)
+    assert slow_a.cancelled
+    assert slow_b.cancelled
+    assert packed == []
+
+
+async def test_sources_are_read_concurrently() -> None:
+    """Each read waits until all five have started: serial reads would all time out."""
+    started: set[str] = set()
+    everyone = asyncio.Event()
+
+    class Rendezvous(StaticSource):
+        async def retrieve(self, request: Any, spec: Any) -> Any:
+            started.add(self.name)
+            if len(started) == 5:
+                everyone.set()
+            await everyone.wait()
+            return [item(self.name)]
+
+    sources = [Rendezvous(f"s{i}") for i in range(5)]
+    brief = await builder(*sources, timeout=5).build(
+        REQUEST, policy(*({"name": s.name} for s in sources))
+    )
+    assert brief.failed_sources == []
+    assert len(brief.per_source_tokens) == 5

@@ -1,0 +1,112 @@
+"""Property-based tests of the packer (hypothesis): caps, order independence, no forged sections."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contextcore.models import CLASS_ORDER, ContextItem, ContextPolicy, ContextSourceSpec
+from contextcore.packer import NOTICE_PREFIX, SECTION_HEADINGS, ContextPacker
+from contextcore.tokens import estimate_tokens
+
+SOURCES = [f"s{i}" for i in range(4)]
+text = st.text(
+    alphabet=st.sampled_from(list("ab# -:[]\n\r\x0b\x0c\x1c\x85\u2028\u2029\t 日😀")), max_size=40
+)
+items = st.lists(
+    st.builds(
+        ContextItem,
+        source=st.sampled_from([*SOURCES, "stranger"]),
+        kind=st.sampled_from(CLASS_ORDER),
+        title=text,
+        body=text,
+        subject_key=st.one_of(st.none(), st.sampled_from(["", "k:1:a", "k:1:b", "k:2:a"])),
+        tokens=st.integers(0, 30),
+        rank_in_section=st.integers(-2, 2),
+    ),
+    max_size=40,
+)
+policies = st.builds(
+    ContextPolicy,
+    sources=st.permutations(SOURCES).flatmap(
+        lambda names: st.tuples(
+            *(
+                st.builds(
+                    ContextSourceSpec,
+                    name=st.just(n),
+                    enabled=st.booleans(),
+                    token_budget=st.integers(0, 200),
+                )
+                for n in names
+            )
+        ).map(list)
+    ),
+    total_token_budget=st.integers(0, 400),
+    page_order=st.permutations(CLASS_ORDER).map(lambda kinds: list(kinds[:3])),
+)
+failed = st.lists(text, max_size=3)
+
+
+def interleave(batch: list[ContextItem], seed: int) -> list[ContextItem]:
+    """Another answer order: sources interleaved differently, each source's own order kept."""
+    per_source: dict[str, list[ContextItem]] = {}
+    for it in batch:
+        per_source.setdefault(it.source, []).append(it)
+    rng = random.Random(seed)
+    queues = list(per_source.values())
+    out: list[ContextItem] = []
+    while queues:
+        queue = rng.choice(queues)
+        out.append(queue.pop(0))
+        if not queue:
+            queues.remove(queue)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(items, policies, failed)
+def test_caps_are_never_exceeded(
+    batch: list[ContextItem], policy: ContextPolicy, failures: list[str]
+) -> None:
+    brief = ContextPacker().pack(batch, policy, failed_sources=failures)
+    budgets = {s.name: s.token_budget for s in policy.sources if s.enabled}
+    for source, spent in brief.per_source_tokens.items():
+        assert spent <= budgets.get(source, 0)
+    notice = brief.text.splitlines()[0] if failures else None
+    notice_tokens = estimate_tokens(notice + "\n") if notice else 0
+    assert brief.tokens - notice_tokens <= policy.total_token_budget
+    assert estimate_tokens(brief.text) <= brief.tokens  # the true cost is never under-reported
+    assert set(brief.per_source_tokens) == set(brief.dropped) == {i.source for i in batch}
+
+
+@settings(max_examples=300, deadline=None)
+@given(items, policies, failed, st.integers())
+def test_output_does_not_depend_on_the_order_sources_answered(
+    batch: list[ContextItem], policy: ContextPolicy, failures: list[str], seed: int
+) -> None:
+    packer = ContextPacker()
+    assert packer.pack(batch, policy, failed_sources=failures) == packer.pack(
+        interleave(batch, seed), policy, failed_sources=failures
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(items, policies, failed)
+def test_no_line_starts_a_section_unless_the_packer_wrote_it(
+    batch: list[ContextItem], policy: ContextPolicy, failures: list[str]
+) -> None:
+    brief = ContextPacker().pack(batch, policy, failed_sources=failures)
+    lines = brief.text.split("\n") if brief.text else []
+    headings = set(SECTION_HEADINGS.values())
+    for index, line in enumerate(lines):
+        if index == 0 and failures:
+            assert line.startswith(NOTICE_PREFIX)
+        elif line.startswith("#"):
+            assert line in headings
+        else:
+            assert line.startswith("- ")
+    assert len([line for line in lines if line in headings]) == len(
+        {line for line in lines if line in headings}
+    )
