@@ -24,16 +24,14 @@ from pathlib import Path
 
 from consumers.devstack import DevSettings, DevStack
 from consumers.topics import all_topics
-from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from contextcore.settings import Settings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect
 from producers.client import ContextClient
 
 REQUEST = ContextRequest(subject=ContextSubject(organization_id=uuid.uuid4()), query="bench")
-POLICY = ContextPolicy(
-    total_token_budget=1000, sources=[ContextSourceSpec(name="application", token_budget=500)]
-)
+POLICY = ContextPolicy(total_token_budget=1000, sources=[])
 
 
 def peak_rss_mb(pid: int) -> float:

@@ -22,7 +22,6 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,10 +31,14 @@ from faststream.middlewares import AckPolicy
 from pydantic import ValidationError
 
 from consumers.metrics import BuildMetrics
-from contextcore.models import ContextBrief, ContextPolicy, ContextRequest
+from consumers.sources import process_registry
+from contextcore.builder import ContextBuilder, DefaultContextBuilder, RequiredContextSourceError
+from contextcore.packer import ContextPacker
+from contextcore.registry import ContextSourceRegistry, PolicyError
 from contextcore.settings import Settings, dead_letter_topic
 from schemas.build import (
     BuildReplyV1,
+    BuildRequestV1,
     DeadLetterV1,
     ErrorInfo,
     parse_build_request,
@@ -43,13 +46,6 @@ from schemas.build import (
 )
 
 log = logging.getLogger("contextcore.build")
-
-BuildFn = Callable[[ContextRequest, ContextPolicy], Awaitable[ContextBrief]]
-
-
-async def empty_brief(request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
-    """The walking skeleton's builder: every valid request gets an empty brief."""
-    return ContextBrief.empty()
 
 
 @dataclass(frozen=True)
@@ -68,8 +64,10 @@ def _first_line(error: ValidationError) -> list[str]:
     return [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()]
 
 
-async def decide(value: bytes | None, build: BuildFn) -> Reply | DeadLetter:
-    """What to publish for one record; pure except for the injected ``build``."""
+async def decide(
+    value: bytes | None, registry: ContextSourceRegistry, builder: ContextBuilder
+) -> Reply | DeadLetter:
+    """What to publish for one record; no I/O but the injected builder's."""
     try:
         data: Any = json.loads(value or b"")
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -90,15 +88,52 @@ async def decide(value: bytes | None, build: BuildFn) -> Reply | DeadLetter:
             details=_first_line(error),
         )
         return Reply(topic, correlation_id, BuildReplyV1.failed(correlation_id, info))
+    return Reply(
+        envelope.reply_to,
+        envelope.correlation_id,
+        await answer(envelope, dropped, registry, builder),
+    )
+
+
+async def answer(
+    envelope: BuildRequestV1,
+    dropped: int,
+    registry: ContextSourceRegistry,
+    builder: ContextBuilder,
+) -> BuildReplyV1:
+    """Admission, the resume rule, then the build; every outcome is a reply."""
+    correlation_id = envelope.correlation_id
     try:
-        brief = await build(envelope.request, envelope.policy)
+        registry.validate_policy(envelope.policy)  # admission at the message boundary
+    except PolicyError as error:
+        return BuildReplyV1.failed(
+            correlation_id,
+            ErrorInfo(
+                code="policy_rejected",
+                message="the context policy fails admission",
+                details=[str(error)],
+            ),
+        )
+    if envelope.resumed_after_wait and not envelope.policy.refresh_on_resume:
+        return BuildReplyV1(correlation_id=correlation_id, status="reuse_previous")
+    try:
+        brief = await builder.build(envelope.request, envelope.policy)
+    except RequiredContextSourceError as error:
+        return BuildReplyV1.failed(
+            correlation_id,
+            ErrorInfo(
+                code="required_source_failed",
+                message=str(error),
+                details=[f"{s}: {r}" for s, r in zip(error.sources, error.reasons, strict=True)],
+            ),
+        )
     except Exception as error:  # a bug in a builder must not stall the partition
-        log.exception("build failed for correlation id %s", envelope.correlation_id)
-        info = ErrorInfo(code="internal_error", message=f"{type(error).__name__}: {error}")
-        reply = BuildReplyV1.failed(envelope.correlation_id, info)
-    else:
-        reply = BuildReplyV1.ok(envelope.correlation_id, brief, dropped_entities=dropped)
-    return Reply(envelope.reply_to, envelope.correlation_id, reply)
+        log.exception("build failed for correlation id %s", correlation_id)
+        return BuildReplyV1.failed(
+            correlation_id,
+            ErrorInfo(code="internal_error", message=f"{type(error).__name__}: {error}"),
+        )
+    return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped)
 
 
 async def _raw_body(msg: KafkaMessage) -> bytes:
@@ -113,12 +148,14 @@ class BuildConsumer:
         self,
         settings: Settings,
         *,
-        build: BuildFn = empty_brief,
+        registry: ContextSourceRegistry | None = None,
+        builder: ContextBuilder | None = None,
         metrics: BuildMetrics | None = None,
         max_publish_attempts: int = 5,
     ) -> None:
         self.settings = settings
-        self.build = build
+        self.registry = registry or process_registry()
+        self.builder = builder or DefaultContextBuilder(self.registry, ContextPacker())
         self.metrics = metrics or BuildMetrics.create()
         self.max_publish_attempts = max_publish_attempts
         self._attempts: dict[tuple[str, int, int], int] = {}
@@ -142,7 +179,7 @@ class BuildConsumer:
         record = msg.raw_message
         assert not isinstance(record, tuple)
         started = time.perf_counter()
-        outcome = await decide(body, self.build)
+        outcome = await decide(body, self.registry, self.builder)
         position = (record.topic, record.partition, record.offset)
         if isinstance(outcome, Reply):
             try:

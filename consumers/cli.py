@@ -3,6 +3,7 @@
     contextcore dev up|down|status|env   the embedded broker + PostgreSQL on 127.0.0.1
     contextcore serve build              run the build consumer until SIGTERM/SIGINT
     contextcore demo [--serve]           the main job end to end on the embedded default
+    contextcore policy check FILE.json   admit a context policy as the build consumer would
 
 Every failure to reach the broker or the database, and every missing setting, prints one line
 and exits 2.
@@ -18,13 +19,18 @@ import signal
 import sys
 import time
 import uuid
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from consumers.build import BuildConsumer
 from consumers.devstack import DevStack
 from consumers.metrics import serve_metrics
+from consumers.sources import process_registry
 from consumers.topics import all_topics, build_topics, ensure_topics
 from contextcore.errors import ContextcoreError, InfrastructureUnavailable, SchemaError
-from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
+from contextcore.registry import PolicyError
 from contextcore.settings import Settings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect
@@ -131,10 +137,9 @@ async def _demo(serve: bool) -> int:
             subject=ContextSubject(organization_id=DEMO_ORGANIZATION),
             query="What should I know before I call Acme?",
         )
-        policy = ContextPolicy(
-            total_token_budget=1200,
-            sources=[ContextSourceSpec(name="application", token_budget=800)],
-        )
+        # The build consumer registers no context source yet, so the demo policy names none;
+        # admission would refuse a source the process does not know.
+        policy = ContextPolicy(total_token_budget=1200, sources=[])
         print("== sending a demo build request")
         started = time.perf_counter()
         async with ContextClient.from_settings(settings) as client:
@@ -151,6 +156,23 @@ async def _demo(serve: bool) -> int:
         await asyncio.wait_for(consumer.wait(), 30)
 
 
+def _check_policy(path: Path) -> int:
+    """Admission of one policy file: exit 0 when admitted, 1 with the failing path otherwise."""
+    try:
+        policy = ContextPolicy.model_validate_json(path.read_bytes())
+        process_registry().validate_policy(policy)
+    except ValidationError as error:
+        for problem in error.errors():
+            location = ".".join(str(part) for part in problem["loc"])
+            print(f"{path}: {location}: {problem['msg']}", file=sys.stderr)
+        return 1
+    except PolicyError as error:
+        print(f"{path}: {error}", file=sys.stderr)
+        return 1
+    print(f"{path}: admitted")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="contextcore",
@@ -164,8 +186,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("consumer", choices=["build"])
     demo = commands.add_parser("demo", help="start everything and answer one demo request")
     demo.add_argument("--serve", action="store_true", help="keep the consumer running afterwards")
+    policy = commands.add_parser("policy", help="check a context policy file")
+    policy.add_argument("action", choices=["check"])
+    policy.add_argument("file", type=Path)
     args = parser.parse_args(argv)
     try:
+        if args.command == "policy":
+            return _check_policy(args.file)
         if args.command == "dev":
             return asyncio.run(_dev(args.action))
         if args.command == "serve":

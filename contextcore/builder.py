@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
+from typing import Protocol
 
 from contextcore.errors import ContextcoreError
 from contextcore.models import ContextBrief, ContextItem, ContextPolicy, ContextRequest
@@ -35,6 +36,12 @@ class RequiredContextSourceError(ContextcoreError):
         self.reasons = list(reasons)
         detail = "; ".join(f"{s}: {r}" for s, r in zip(self.sources, self.reasons, strict=True))
         super().__init__(f"required context sources failed: {detail}")
+
+
+class ContextBuilder(Protocol):
+    """What a consumer needs of a builder."""
+
+    async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief: ...
 
 
 class SourceFailure(Exception):

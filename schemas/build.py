@@ -50,6 +50,9 @@ class BuildRequestV1(BaseModel):
     reply_to: TopicName
     request: ContextRequest
     policy: ContextPolicy
+    resumed_after_wait: bool = False
+    """The caller resumes a run after a wait: with ``policy.refresh_on_resume`` false the reply
+    is ``reuse_previous`` and no brief is built (the caller keeps the one it holds)."""
 
 
 class ErrorInfo(BaseModel):
@@ -61,13 +64,13 @@ class ErrorInfo(BaseModel):
 
 
 class BuildReplyV1(BaseModel):
-    """Exactly one of ``brief`` and ``error`` is set."""
+    """``ok`` carries ``brief``, ``error`` carries ``error``, ``reuse_previous`` carries neither."""
 
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1] = 1
     correlation_id: str
-    status: Literal["ok", "error"]
+    status: Literal["ok", "error", "reuse_previous"]
     brief: ContextBrief | None = None
     error: ErrorInfo | None = None
     dropped_entities: int = 0

@@ -21,7 +21,7 @@ def request_message(correlation_id: str, reply_to: str, **overrides: Any) -> dic
         "request": {"subject": {"organization_id": ORG}, "query": "who is Acme?"},
         "policy": {
             "total_token_budget": 500,
-            "sources": [{"name": "application", "token_budget": 200}],
+            "sources": [],  # the consumer registers no source yet: an empty, admitted policy
         },
     }
     message.update(overrides)

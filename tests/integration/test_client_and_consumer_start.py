@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from contextcore.settings import Settings
 from producers.client import BuildFailed, ContextClient, ReplyTimeout
 from tests.integration.conftest import StartConsumer
@@ -19,9 +19,7 @@ pytestmark = pytest.mark.integration
 REQUEST = ContextRequest(
     subject=ContextSubject(organization_id=uuid.UUID(int=7)), query="what changed at Acme?"
 )
-POLICY = ContextPolicy(
-    total_token_budget=100, sources=[ContextSourceSpec(name="application", token_budget=50)]
-)
+POLICY = ContextPolicy(total_token_budget=100, sources=[])  # no source is registered yet
 
 
 def free_port() -> int:

@@ -59,7 +59,7 @@ async def test_build_cli_publishes_json_files_and_prints_the_reply(
         json.dumps(
             {
                 "total_token_budget": 100,
-                "sources": [{"name": "application", "token_budget": 50}],
+                "sources": [],
             }
         )
     )

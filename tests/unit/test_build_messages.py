@@ -8,9 +8,13 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from consumers.build import DeadLetter, Reply, decide, empty_brief
+from consumers.build import DeadLetter, Reply, decide
+from contextcore.builder import DefaultContextBuilder
 from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
+from contextcore.packer import ContextPacker
+from contextcore.registry import ContextSourceRegistry
 from schemas.build import BuildReplyV1, parse_build_request, reply_address
+from tests.unit.fakes import StaticSource, item
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
 
@@ -24,6 +28,11 @@ def message(**overrides: Any) -> dict[str, Any]:
     }
     base.update(overrides)
     return base
+
+
+def service(*sources: StaticSource) -> tuple[ContextSourceRegistry, DefaultContextBuilder]:
+    registry = ContextSourceRegistry(sources or [StaticSource("a")])
+    return registry, DefaultContextBuilder(registry, ContextPacker())
 
 
 def test_malformed_entities_are_dropped_and_valid_refs_kept_in_order() -> None:
@@ -59,19 +68,19 @@ def test_unknown_schema_version_and_extra_fields_are_refused() -> None:
 
 
 async def test_not_json_is_dead_lettered() -> None:
-    outcome = await decide(b"\xff\xfe not json", empty_brief)
+    outcome = await decide(b"\xff\xfe not json", *service())
     assert isinstance(outcome, DeadLetter)
     assert outcome.reason.startswith("not JSON")
 
 
 async def test_invalid_request_without_an_address_is_dead_lettered() -> None:
-    outcome = await decide(json.dumps({"policy": {}}).encode(), empty_brief)
+    outcome = await decide(json.dumps({"policy": {}}).encode(), *service())
     assert isinstance(outcome, DeadLetter)
     assert "without a usable reply_to/correlation_id" in outcome.reason
 
 
 async def test_invalid_request_with_an_address_gets_an_error_reply() -> None:
-    outcome = await decide(json.dumps(message(policy={"sources": "x"})).encode(), empty_brief)
+    outcome = await decide(json.dumps(message(policy={"sources": "x"})).encode(), *service())
     assert isinstance(outcome, Reply)
     assert (outcome.topic, outcome.correlation_id) == ("replies.a", "c-1")
     assert outcome.message.status == "error"
@@ -81,10 +90,12 @@ async def test_invalid_request_with_an_address_gets_an_error_reply() -> None:
 
 
 async def test_a_builder_that_raises_becomes_an_internal_error_reply() -> None:
-    async def broken(request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
-        raise RuntimeError("boom")
+    class Broken:
+        async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
+            raise RuntimeError("boom")
 
-    outcome = await decide(json.dumps(message()).encode(), broken)
+    registry, _ = service()
+    outcome = await decide(json.dumps(message()).encode(), registry, Broken())
     assert isinstance(outcome, Reply)
     assert outcome.message.error is not None
     assert outcome.message.error.code == "internal_error"
@@ -94,6 +105,45 @@ async def test_a_builder_that_raises_becomes_an_internal_error_reply() -> None:
 async def test_valid_request_gets_the_built_brief_and_the_dropped_count() -> None:
     raw = message()
     raw["request"]["entities"] = [{"kind": "crm.company", "id": "1"}, {"id": "no kind"}]
-    outcome = await decide(json.dumps(raw).encode(), empty_brief)
+    outcome = await decide(json.dumps(raw).encode(), *service(StaticSource("a", [item("a")])))
     assert isinstance(outcome, Reply)
-    assert outcome.message == BuildReplyV1.ok("c-1", ContextBrief.empty(), dropped_entities=1)
+    expected = ContextPacker().pack([item("a")], ContextPolicy.model_validate(raw["policy"]))
+    assert outcome.message == BuildReplyV1.ok("c-1", expected, dropped_entities=1)
+    assert expected.text == "## Application state\n- t: b"
+
+
+async def test_a_policy_failing_admission_gets_policy_rejected() -> None:
+    raw = message(policy={"total_token_budget": 0, "sources": [{"name": "a", "token_budget": 5}]})
+    outcome = await decide(json.dumps(raw).encode(), *service())
+    assert isinstance(outcome, Reply)
+    assert outcome.message.error is not None
+    assert outcome.message.error.code == "policy_rejected"
+    assert outcome.message.error.details == ["total_token_budget: is 0 but source 'a' is enabled"]
+
+
+async def test_a_required_source_failure_gets_required_source_failed() -> None:
+    raw = message(
+        policy={
+            "total_token_budget": 10,
+            "sources": [{"name": "a", "token_budget": 5, "required": True}],
+        }
+    )
+    outcome = await decide(
+        json.dumps(raw).encode(), *service(StaticSource("a", error=RuntimeError("db down")))
+    )
+    assert isinstance(outcome, Reply)
+    assert outcome.message.error is not None
+    assert outcome.message.error.code == "required_source_failed"
+    assert outcome.message.error.details == ["a: RuntimeError: db down"]
+
+
+@pytest.mark.parametrize(("refresh", "status"), [(True, "ok"), (False, "reuse_previous")])
+async def test_a_resume_rebuilds_only_when_the_policy_asks(refresh: bool, status: str) -> None:
+    source = StaticSource("a", [item("a")])
+    raw = message(resumed_after_wait=True)
+    raw["policy"]["refresh_on_resume"] = refresh
+    outcome = await decide(json.dumps(raw).encode(), *service(source))
+    assert isinstance(outcome, Reply)
+    assert outcome.message.status == status
+    assert source.calls == (1 if refresh else 0)
+    assert (outcome.message.brief is not None) == refresh
