@@ -27,8 +27,9 @@ when it is written exactly as stored; a ref the packer had to rewrite is never l
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from operator import itemgetter
 
 from contextcore.models import (
     CLASS_ORDER,
@@ -54,7 +55,7 @@ SECTION_HEADINGS: dict[ContextKind, str] = {
 }
 NOTICE_PREFIX = "Unavailable sources (their facts are missing from this brief): "
 _CLASS_RANK = {kind: rank for rank, kind in enumerate(CLASS_ORDER)}
-_BRACKETS = str.maketrans({"[": "(", "]": ")"})
+_HEADING_TOKENS = {kind: estimate_tokens(h + "\n") for kind, h in SECTION_HEADINGS.items()}
 
 
 def one_line(text: str) -> str:
@@ -62,37 +63,40 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def _no_bracket(text: str) -> str:
-    return text.translate(_BRACKETS)
+_BRACKET_OR_SPACE = re.compile(r"[\[\]\s]")
+
+
+def _unchanged(part: str) -> bool:
+    if not part:
+        return False
+    if _BRACKET_OR_SPACE.search(part) is None:  # the common case: a plain identifier
+        return True
+    return "[" not in part and "]" not in part and one_line(part) == part
 
 
 def written_as_stored(ref: ResourceRef) -> bool:
-    """Whether the brief can write ``ref``'s kind and id exactly as stored (so it may be cited)."""
-    return all(part and one_line(_no_bracket(part)) == part for part in (ref.kind, ref.id))
+    """Whether the brief can write ``ref``'s kind and id exactly as stored (so it may be cited).
+
+    The frame rewrites a bracket (``[kind:id]`` must stay parseable) and every whitespace run;
+    a ref either rewrite would change is never cited, because a citation of the rewritten text
+    would name a row that does not exist.
+    """
+    return _unchanged(ref.kind) and _unchanged(ref.id)
 
 
-@dataclass
-class _Candidate:
-    item: ContextItem
-    source_rank: int
-    position: int  # the item's place among its own source's items
-    line: str = ""
-    charge: int = 0
-
-
-def _render(item: ContextItem) -> tuple[str, int]:
+def _render(item: ContextItem, cites_ref: bool) -> tuple[str, int]:
     """The item's line and its charge: the measured body count plus the frame, or the line.
 
     Each part takes its own ceiling, so the charge rounds up: over-charging is the safe direction
-    against a cap.
+    against a cap. A measured count is trusted upward only: a count below the estimate of the
+    body it rendered would let the brief overrun the total, which is a hard cap.
     """
-    cite = f"[{item.ref.kind}:{item.ref.id}] " if item.ref and written_as_stored(item.ref) else ""
+    ref = item.ref
+    cite = f"[{ref.kind}:{ref.id}] " if ref is not None and cites_ref else ""
     title, body = one_line(item.title), one_line(item.body)
-    frame = f"- {cite}{title}{': ' if body else ''}"
+    frame = f"- {cite}{title}: " if body else f"- {cite}{title}"
     line = frame + body
     if item.tokens > 0:
-        # A source's measured count is trusted upward only: a count below the estimate of the
-        # body it rendered would let the brief overrun the total, which is a hard cap.
         return line, max(item.tokens, estimate_tokens(body)) + estimate_tokens(frame + "\n")
     return line, estimate_tokens(line + "\n")
 
@@ -117,68 +121,66 @@ class ContextPacker:
         dropped: dict[str, int] = {}
         spent: dict[str, int] = {}
         seen_per_source: dict[str, int] = {}
-        candidates: list[_Candidate] = []
+        ordered: list[tuple[int, int, int, ContextItem]] = []
         for item in items:  # 1. drop what no enabled spec names
-            dropped.setdefault(item.source, 0)
-            spent.setdefault(item.source, 0)
-            position = seen_per_source.get(item.source, 0)
-            seen_per_source[item.source] = position + 1
-            if item.source not in source_rank:
-                dropped[item.source] += 1
+            source = item.source
+            position = seen_per_source.get(source, 0)
+            seen_per_source[source] = position + 1
+            if position == 0:
+                dropped[source] = spent[source] = 0
+            rank = source_rank.get(source)
+            if rank is None:
+                dropped[source] += 1
                 continue
-            candidates.append(_Candidate(item, source_rank[item.source], position))
-
-        # 2. pack order
-        candidates.sort(key=lambda c: (_CLASS_RANK[c.item.kind], c.source_rank, c.position))
-
-        winners: list[_Candidate] = []  # 3. precedence before spend
-        keys: set[str] = set()
-        for candidate in candidates:
-            key = candidate.item.subject_key
-            if key:  # an empty key is no key
-                if key in keys:
-                    dropped[candidate.item.source] += 1
-                    continue
-                keys.add(key)
-            winners.append(candidate)
+            # (class, policy rank, place in source) is unique, so items are never compared
+            ordered.append((_CLASS_RANK[item.kind], rank, position, item))
+        ordered.sort()  # 2. pack order
 
         failed = [one_line(name) for name in failed_sources]
         notice = NOTICE_PREFIX + ", ".join(failed) if failed else ""
         notice_tokens = estimate_tokens(notice + "\n") if notice else 0
 
-        total = 0  # 4. spend
+        total = 0
+        limit = policy.total_token_budget
+        keys: set[str] = set()
         opened: set[ContextKind] = set()
-        kept: list[_Candidate] = []
-        for candidate in winners:
-            item = candidate.item
-            candidate.line, candidate.charge = _render(item)
-            heading = (
-                0 if item.kind in opened else estimate_tokens(SECTION_HEADINGS[item.kind] + "\n")
-            )
-            fits_source = spent[item.source] + candidate.charge <= budgets[item.source]
-            fits_total = total + heading + candidate.charge <= policy.total_token_budget
-            if not (fits_source and fits_total):
-                dropped[item.source] += 1
+        sections: dict[ContextKind, list[tuple[int, str, ContextItem, bool]]] = {}
+        for _, _, _, item in ordered:
+            key = item.subject_key
+            if key:  # 3. precedence before spend; an empty key is no key
+                if key in keys:
+                    dropped[item.source] += 1
+                    continue
+                keys.add(key)
+            kind, source = item.kind, item.source
+            if spent[source] >= budgets[source] or total >= limit:
+                dropped[source] += 1  # every line costs at least one token: skip the render
                 continue
-            opened.add(item.kind)
-            spent[item.source] += candidate.charge
-            total += heading + candidate.charge
-            kept.append(candidate)
+            cites_ref = item.ref is not None and written_as_stored(item.ref)
+            line, charge = _render(item, cites_ref)  # 4. spend
+            heading = 0 if kind in opened else _HEADING_TOKENS[kind]
+            if spent[source] + charge > budgets[source] or total + heading + charge > limit:
+                dropped[source] += 1
+                continue
+            opened.add(kind)
+            spent[source] += charge
+            total += heading + charge
+            sections.setdefault(kind, []).append((item.rank_in_section, line, item, cites_ref))
 
         lines = [notice] if notice else []  # 5. layout
         cited: list[ResourceRef] = []
         cited_keys: set[tuple[str, str]] = set()
         for kind in _section_order(policy.page_order):
-            section = [c for c in kept if c.item.kind == kind]
+            section = sections.get(kind)
             if not section:
                 continue
-            section.sort(key=lambda c: c.item.rank_in_section)  # stable: ties keep spend order
+            section.sort(key=itemgetter(0))  # stable: equal ranks keep spend order
             lines.append(SECTION_HEADINGS[kind])
-            for candidate in section:
-                lines.append(candidate.line)
-                refs = [candidate.item.ref] if candidate.item.ref else []
-                for ref in [*refs, *candidate.item.body_refs]:
-                    if written_as_stored(ref) and (ref.kind, ref.id) not in cited_keys:
+            for _, line, item, cites_ref in section:
+                lines.append(line)
+                own = [item.ref] if item.ref is not None and cites_ref else []
+                for ref in own + [r for r in item.body_refs if written_as_stored(r)]:
+                    if (ref.kind, ref.id) not in cited_keys:
                         cited_keys.add((ref.kind, ref.id))
                         cited.append(ref)
 
