@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import signal
 import sys
@@ -190,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     policy.add_argument("action", choices=["check"])
     policy.add_argument("file", type=Path)
     args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         if args.command == "policy":
             return _check_policy(args.file)
