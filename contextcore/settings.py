@@ -23,6 +23,12 @@ class Settings(BaseSettings):
     database_read_url: str | None = None
     """Optional read replica; the build consumer reads sources through it when set."""
     database_connect_timeout_s: float = Field(default=5.0, gt=0)
+    database_role: str = "contextcore_app"
+    """The role every tenant read runs as (``SET LOCAL ROLE``): it owns no table, so row-level
+    security applies. The login role of the URL must be a member of it."""
+    database_pool_size: int = Field(default=10, ge=1)
+    source_timeout_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """The builder's independent timeout per source read: an outage ceiling, not a target."""
 
     kafka_bootstrap_servers: str | None = None
     """Comma-separated ``host:port`` list of the Kafka-protocol broker."""

@@ -1,0 +1,43 @@
+"""Small helpers the sources share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date, datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict
+
+
+class NoOptions(BaseModel):
+    """The options schema of a source that takes none: any key fails admission."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def as_text(value: Any) -> str:
+    """A column value as the text a brief shows."""
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    return str(value)
+
+
+def parse_uuids(ids: Iterable[str]) -> dict[str, UUID]:
+    """``{id: UUID}`` for the ids that are UUIDs; any other id can name no row."""
+    parsed: dict[str, UUID] = {}
+    for raw in ids:
+        try:
+            parsed[raw] = UUID(raw)
+        except ValueError:
+            continue
+    return parsed
+
+
+def chunks(values: list[UUID], size: int = 100) -> Iterable[list[UUID]]:
+    """Batches of ``size``: no source bounds its ref count, and one read must stay bounded."""
+    for start in range(0, len(values), size):
+        yield values[start : start + size]

@@ -1,0 +1,83 @@
+"""``conversation``: the summary and the recent messages of ``request.conversation_id``.
+
+Newest message first (CLARIFICATIONS 1): a tight budget cuts the oldest messages, never the
+newest reply. ``rank_in_section`` makes the kept messages render oldest to newest, after the
+summary, which also spends first. Items carry no subject key: what the person said never wins
+or loses a dedupe. No conversation in the request: no item. ``spec.limit`` caps the messages
+(default 20); 0 reads nothing.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
+from contextcore.sources.common import NoOptions
+from contextcore.storage.tenancy import TenantDatabase, TenantQuery
+
+DEFAULT_MESSAGES = 20
+
+SUMMARY = TenantQuery(
+    "conversation.summary",
+    """
+-- conversation.summary: the conversation of this tenant, if it exists
+SELECT id, summary, summary_updated_at FROM conversations
+WHERE organization_id = $1 AND id = $2
+""",
+)
+
+RECENT = TenantQuery(
+    "conversation.recent_messages",
+    """
+-- conversation.recent_messages: newest first, bounded
+SELECT id, role, content, created_at FROM conversation_messages
+WHERE organization_id = $1 AND conversation_id = $2
+ORDER BY created_at DESC, id DESC
+LIMIT $3
+""",
+)
+
+
+class ConversationContextSource:
+    name = "conversation"
+    options_schema: type[BaseModel] = NoOptions
+
+    def __init__(self, database: TenantDatabase) -> None:
+        self.database = database
+
+    async def retrieve(self, request: ContextRequest, spec: ContextSourceSpec) -> list[ContextItem]:
+        conversation_id = request.conversation_id
+        if conversation_id is None or spec.limit == 0:
+            return []
+        limit = DEFAULT_MESSAGES if spec.limit is None else spec.limit
+        async with self.database.scoped(request.subject.organization_id) as tenant:
+            conversation = await tenant.fetchrow(SUMMARY, conversation_id)
+            if conversation is None:
+                return []
+            messages = await tenant.fetch(RECENT, conversation_id, limit)
+        ref = ResourceRef(kind="conversation", id=str(conversation_id))
+        items = []
+        if conversation["summary"]:
+            items.append(
+                ContextItem(
+                    source=self.name,
+                    kind="conversation",
+                    title="Summary so far",
+                    body=conversation["summary"],
+                    ref=ref,
+                    recorded_at=conversation["summary_updated_at"],
+                    rank_in_section=0,
+                )
+            )
+        for index, message in enumerate(messages):  # newest first; the newest renders last
+            items.append(
+                ContextItem(
+                    source=self.name,
+                    kind="conversation",
+                    title=message["role"].capitalize(),
+                    body=message["content"],
+                    recorded_at=message["created_at"],
+                    rank_in_section=len(messages) - index,
+                )
+            )
+        return items

@@ -1,0 +1,266 @@
+"""The application source on a real PostgreSQL: explicit refs only, one query per kind."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+import pytest
+
+from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject, ResourceRef
+from contextcore.sources.application import PROJECTIONS, ApplicationContextSource
+from contextcore.storage.tenancy import TenantDatabase
+from tests.integration import seed
+
+pytestmark = pytest.mark.integration
+
+
+class QueryLog:
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def __call__(self, record: Any) -> None:
+        self.queries.append(record.query)
+
+    def reads(self) -> list[str]:
+        """Source reads only: not the SET ROLE / set_config of each scope."""
+        return [q for q in self.queries if q.lstrip().startswith("-- application.")]
+
+
+@pytest.fixture
+async def owner(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(database_url)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def logged() -> QueryLog:
+    return QueryLog()
+
+
+@pytest.fixture
+async def source(database_url: str, logged: QueryLog) -> AsyncIterator[ApplicationContextSource]:
+    async def init(conn: asyncpg.Connection) -> None:
+        conn.add_query_logger(logged)
+
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2, init=init)
+    assert pool is not None
+    yield ApplicationContextSource(TenantDatabase(pool))
+    await pool.close()
+
+
+def request(org: uuid.UUID, *refs: ResourceRef) -> ContextRequest:
+    return ContextRequest(
+        subject=ContextSubject(organization_id=org), query="ignored", entities=refs
+    )
+
+
+def spec(limit: int | None = None) -> ContextSourceSpec:
+    return ContextSourceSpec(name="application", token_budget=1000, limit=limit)
+
+
+def ref(kind: str, row_id: uuid.UUID | str, label: str | None = None) -> ResourceRef:
+    return ResourceRef(kind=kind, id=str(row_id), label=label)
+
+
+async def test_explicit_distinct_supported_refs_only_in_request_order(
+    owner: asyncpg.Connection, source: ApplicationContextSource
+) -> None:
+    org = await seed.organization(owner)
+    acme = await seed.company(owner, org, name="Acme", lifecycle_stage="customer")
+    globex = await seed.company(owner, org, name="Globex", domain="globex.test")
+    deal = seed.new_id()
+    await seed.insert(
+        owner,
+        "crm_deals",
+        organization_id=org,
+        id=deal,
+        name="Renewal",
+        stage="proposal",
+        company_id=acme,
+    )
+    items = await source.retrieve(
+        request(
+            org,
+            ref("crm.deal", deal),
+            ref("crm.company", globex, "Globex first"),
+            ref("crm.company", acme),
+            ref("crm.company", globex, "Globex again"),  # same (kind, id): the first label stays
+            ref("crm.unknown_kind", acme),
+            ref("crm.company", "not-a-uuid"),
+        ),
+        spec(),
+    )
+    assert [(i.ref.kind if i.ref else None, i.title, i.body) for i in items] == [
+        ("crm.deal", "name", "Renewal"),
+        ("crm.deal", "stage", "proposal"),
+        ("crm.deal", "company_id", str(acme)),
+        ("crm.company", "name", "Globex"),
+        ("crm.company", "domain", "globex.test"),
+        ("crm.company", "name", "Acme"),
+        ("crm.company", "lifecycle_stage", "customer"),
+    ]
+    assert {i.ref.label for i in items if i.ref and i.ref.id == str(globex)} == {"Globex first"}
+    assert items[6].subject_key == f"crm.company:{acme}:lifecycle_stage"
+    assert all(i.kind == "application" and i.source == "application" for i in items)
+
+
+async def test_the_query_text_is_never_searched(
+    owner: asyncpg.Connection, source: ApplicationContextSource, logged: QueryLog
+) -> None:
+    org = await seed.organization(owner)
+    await seed.company(owner, org, name="Acme")
+    r = ContextRequest(subject=ContextSubject(organization_id=org), query="Acme")
+    assert await source.retrieve(r, spec()) == []
+    assert logged.reads() == []
+
+
+async def test_missing_deleted_and_cross_organization_refs_return_no_item(
+    owner: asyncpg.Connection, source: ApplicationContextSource
+) -> None:
+    org, other = await seed.organization(owner), await seed.organization(owner)
+    deleted = await seed.company(owner, org, deleted_at=datetime.now(UTC))
+    foreign = await seed.company(owner, other)
+    foreign_deal = seed.new_id()
+    await seed.insert(owner, "crm_deals", organization_id=other, id=foreign_deal, name="Theirs")
+    items = await source.retrieve(
+        request(
+            org,
+            ref("crm.company", deleted),
+            ref("crm.company", foreign),
+            ref("crm.deal", foreign_deal),
+            ref("crm.person", seed.new_id()),
+        ),
+        spec(),
+    )
+    assert items == []
+
+
+async def test_one_query_per_supported_kind_in_batches_of_100(
+    owner: asyncpg.Connection, source: ApplicationContextSource, logged: QueryLog
+) -> None:
+    org = await seed.organization(owner)
+    companies = [await seed.company(owner, org, name=f"C{i}") for i in range(150)]
+    person = seed.new_id()
+    await seed.insert(owner, "crm_people", organization_id=org, id=person, full_name="Ada")
+    refs = [ref("crm.company", c) for c in companies] + [ref("crm.person", person)]
+    refs += [ref(kind, seed.new_id()) for kind in PROJECTIONS if kind != "crm.company"]
+    items = await source.retrieve(request(org, *refs), spec())
+    assert len([i for i in items if i.title == "name"]) == 150
+    reads = logged.reads()
+    per_kind = {
+        kind: sum(
+            q.startswith(f"\n-- application.{kind}:") or q.startswith(f"-- application.{kind}:")
+            for q in reads
+        )
+        for kind in PROJECTIONS
+    }
+    assert per_kind == {kind: 2 if kind == "crm.company" else 1 for kind in PROJECTIONS}
+
+
+async def test_the_item_cap_keeps_ref_then_projection_order_and_zero_reads_nothing(
+    owner: asyncpg.Connection, source: ApplicationContextSource, logged: QueryLog
+) -> None:
+    org = await seed.organization(owner)
+    a = await seed.company(owner, org, name="A", domain="a.test", industry="x")
+    b = await seed.company(owner, org, name="B")
+    r = request(org, ref("crm.company", b), ref("crm.company", a))
+    capped = await source.retrieve(r, spec(limit=3))
+    assert [(i.body) for i in capped] == ["B", "A", "a.test"]
+    everything = await source.retrieve(r, spec(limit=None))
+    assert [(i.body) for i in everything] == ["B", "A", "a.test", "x"]
+    logged.queries.clear()
+    assert await source.retrieve(r, spec(limit=0)) == []
+    assert logged.queries == []  # not even a scope was opened
+
+
+async def test_a_shared_company_resolves_only_through_this_tenants_prospect(
+    owner: asyncpg.Connection, source: ApplicationContextSource
+) -> None:
+    org, other = await seed.organization(owner), await seed.organization(owner)
+    mine, theirs = seed.new_id(), seed.new_id()
+    for intel, domain in ((mine, "mine.test"), (theirs, "theirs.test")):
+        await seed.insert(
+            owner, "intel_companies", id=intel, name=domain, domain=domain, industry="software"
+        )
+    await seed.insert(
+        owner, "prospects", organization_id=org, id=seed.new_id(), intel_company_id=mine
+    )
+    await seed.insert(
+        owner, "prospects", organization_id=org, id=seed.new_id(), intel_company_id=mine
+    )  # two bridges, one projection
+    await seed.insert(
+        owner, "prospects", organization_id=other, id=seed.new_id(), intel_company_id=theirs
+    )
+    items = await source.retrieve(
+        request(org, ref("intelligence.company", mine), ref("intelligence.company", theirs)), spec()
+    )
+    assert [(i.title, i.body) for i in items] == [
+        ("name", "mine.test"),
+        ("domain", "mine.test"),
+        ("industry", "software"),
+    ]
+    assert "lifecycle_stage" not in PROJECTIONS["intelligence.company"].columns
+    await owner.execute("DELETE FROM intel_companies WHERE id = $1", mine)  # cascades
+    assert await source.retrieve(request(org, ref("intelligence.company", mine)), spec()) == []
+
+
+async def test_a_shared_person_resolves_once_through_prospect_people(
+    owner: asyncpg.Connection, source: ApplicationContextSource
+) -> None:
+    org = await seed.organization(owner)
+    person = seed.new_id()
+    await seed.insert(owner, "intel_people", id=person, full_name="Grace", current_title="CTO")
+    for _ in range(2):  # watched at two companies: two bridge rows
+        prospect = seed.new_id()
+        await seed.insert(owner, "prospects", organization_id=org, id=prospect)
+        await seed.insert(
+            owner,
+            "prospect_people",
+            organization_id=org,
+            id=seed.new_id(),
+            prospect_id=prospect,
+            intel_person_id=person,
+        )
+    named = seed.new_id()
+    await seed.insert(
+        owner,
+        "prospect_people",
+        organization_id=org,
+        id=named,
+        prospect_id=prospect,
+        full_name="Name Only",
+    )
+    items = await source.retrieve(
+        request(org, ref("intelligence.person", person), ref("intelligence.person", named)), spec()
+    )
+    assert [(i.title, i.body) for i in items] == [("full_name", "Grace"), ("current_title", "CTO")]
+
+
+async def test_the_named_person_index_ignores_case_and_whitespace_runs(
+    owner: asyncpg.Connection,
+) -> None:
+    org = await seed.organization(owner)
+    prospect = seed.new_id()
+    await seed.insert(owner, "prospects", organization_id=org, id=prospect)
+    await seed.insert(
+        owner,
+        "prospect_people",
+        organization_id=org,
+        id=seed.new_id(),
+        prospect_id=prospect,
+        full_name="Ada  Lovelace",
+    )
+    with pytest.raises(asyncpg.UniqueViolationError, match="uq_prospect_people_prospect_named"):
+        await seed.insert(
+            owner,
+            "prospect_people",
+            organization_id=org,
+            id=seed.new_id(),
+            prospect_id=prospect,
+            full_name=" ada lovelace\t",
+        )

@@ -1,0 +1,437 @@
+"""dossier, definition_summary, conversation and run_history on a real PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from consumers.sources import process_registry
+from contextcore.models import (
+    ContextPolicy,
+    ContextRequest,
+    ContextSourceSpec,
+    ContextSubject,
+    ResourceRef,
+)
+from contextcore.packer import ContextPacker
+from contextcore.registry import PolicyError
+from contextcore.sources.conversation import ConversationContextSource
+from contextcore.sources.definition_summary import DefinitionSummaryContextSource
+from contextcore.sources.dossier import DossierContextSource, Fact
+from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
+from contextcore.sources.run_history import RunHistoryContextSource
+from contextcore.storage.tenancy import TenantDatabase
+from contextcore.tokens import estimate_tokens
+from tests.integration import seed
+
+pytestmark = pytest.mark.integration
+NOW = datetime.now(UTC)
+
+
+@pytest.fixture
+async def owner(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    conn = await asyncpg.connect(database_url)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[TenantDatabase]:
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=3)
+    assert pool is not None
+    yield TenantDatabase(pool)
+    await pool.close()
+
+
+def spec(name: str, limit: int | None = None, **options: Any) -> ContextSourceSpec:
+    return ContextSourceSpec(name=name, token_budget=10_000, limit=limit, options=options)
+
+
+def subject_request(org: uuid.UUID, **fields: Any) -> ContextRequest:
+    subject = ContextSubject(
+        organization_id=org,
+        user_id=fields.pop("user_id", None),
+        trigger_id=fields.pop("trigger_id", None),
+    )
+    return ContextRequest(subject=subject, query="q", **fields)
+
+
+# ---------------------------------------------------------------------------------- dossier
+
+
+async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int = 3) -> None:
+    await seed.insert(
+        owner,
+        "company_profiles",
+        organization_id=org,
+        company_name="Acme",
+        industry="Robotics",
+        value_proposition="Fewer outages",
+    )
+    for position, name in enumerate(["Audits", "Support"]):
+        await seed.insert(
+            owner,
+            "dossier_services",
+            organization_id=org,
+            id=seed.new_id(),
+            name=name,
+            position=position,
+        )
+    await seed.insert(
+        owner,
+        "ideal_customer_profiles",
+        organization_id=org,
+        id=seed.new_id(),
+        name="Mid-market ops",
+        criteria="200-2000 staff",
+    )
+    await seed.insert(
+        owner, "offers", organization_id=org, id=seed.new_id(), name="Pilot", price="5k"
+    )
+    for i in range(documents):
+        await seed.insert(
+            owner,
+            "organization_documents",
+            organization_id=org,
+            id=seed.new_id(),
+            title=f"Doc {i}",
+            summary=f"About {i}",
+            created_at=NOW - timedelta(days=documents - i),
+        )
+    await seed.insert(
+        owner,
+        "organization_documents",
+        organization_id=org,
+        id=seed.new_id(),
+        title="Old",
+        status="archived",
+    )
+
+
+async def test_dossier_items_in_the_design_order(
+    owner: asyncpg.Connection, db: TenantDatabase
+) -> None:
+    org = await seed.organization(owner)
+    await seed_dossier(owner, org)
+    user = seed.new_id()
+    await seed.insert(
+        owner,
+        "organization_members",
+        organization_id=org,
+        user_id=user,
+        full_name="Dana",
+        title="Head of Sales",
+    )
+    source = DossierContextSource(db, DossierCache())
+    items = await source.retrieve(
+        subject_request(org, user_id=user), spec("dossier", include_user=True)
+    )
+    assert [i.title for i in items] == [
+        "Company",
+        "Services",
+        "Ideal customer profile: Mid-market ops",
+        "Offer: Pilot",
+        "User",
+        "Document: Doc 2",
+        "Document: Doc 1",
+        "Document: Doc 0",
+        "Documents",
+    ]
+    assert items[0].body == "Name: Acme. Industry: Robotics. Value proposition: Fewer outages"
+    assert items[1].body == "Audits; Support"
+    assert items[-1].body == "The organization has 3 active document(s)."
+    assert all(i.ref is None and i.subject_key is None for i in items)
+
+    capped = await source.retrieve(subject_request(org), spec("dossier", limit=1))
+    assert [i.title for i in capped][-2:] == ["Document: Doc 2", "Documents"]
+    assert capped[-1].body == "The organization has 3 active document(s)."
+    assert "User" not in [i.title for i in capped]  # include_user defaults to false
+    no_user = await source.retrieve(subject_request(org), spec("dossier", include_user=True))
+    assert "User" not in [i.title for i in no_user]  # a subject with no user: no section
+    bare = await source.retrieve(subject_request(org), spec("dossier", include_documents=False))
+    assert [i.title for i in bare][-1] == "Offer: Pilot"
+    assert await source.retrieve(subject_request(org), spec("dossier", limit=0)) == []
+
+
+async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
+    owner: asyncpg.Connection, db: TenantDatabase, database_url: str
+) -> None:
+    org = await seed.organization(owner)
+    await seed_dossier(owner, org, documents=0)
+    cache: DossierCache[list[Fact]] = DossierCache()
+    invalidator = DossierInvalidator(cache, database_url)
+    await invalidator.start()
+    try:
+        source = DossierContextSource(db, cache)
+
+        async def offers() -> list[str]:
+            items = await source.retrieve(subject_request(org), spec("dossier"))
+            return [i.title for i in items if i.title.startswith("Offer")]
+
+        assert await offers() == ["Offer: Pilot"]
+        # A write with the notify trigger off proves the cache serves the cached part...
+        await owner.execute("ALTER TABLE offers DISABLE TRIGGER offers_notify_dossier")
+        await owner.execute("UPDATE offers SET name = 'Silent' WHERE organization_id = $1", org)
+        await owner.execute("ALTER TABLE offers ENABLE TRIGGER offers_notify_dossier")
+        assert await offers() == ["Offer: Pilot"]
+        # ...and an ordinary write through another connection invalidates it for every process.
+        writer = await asyncpg.connect(database_url)
+        try:
+            await writer.execute("UPDATE offers SET name = 'Scale' WHERE organization_id = $1", org)
+        finally:
+            await writer.close()
+        async with asyncio.timeout(10):
+            while cache.get(org) is not None:  # noqa: ASYNC110 - the listener runs elsewhere
+                await asyncio.sleep(0.01)
+        assert await offers() == ["Offer: Scale"]
+    finally:
+        await invalidator.stop()
+
+
+def test_dossier_cache_expires_and_refuses_a_read_older_than_an_invalidation() -> None:
+    now = [0.0]
+    cache: DossierCache[str] = DossierCache(ttl_s=60, clock=lambda: now[0])
+    org = uuid.uuid4()
+    cache.put(org, "unlistened", generation=0)
+    assert cache.get(org) is None  # no listener, no caching
+    cache.listening = True
+    seen = cache.generation(org)
+    cache.invalidate(org)  # a write lands while the read is in flight
+    cache.put(org, "stale", generation=seen)
+    assert cache.get(org) is None
+    cache.put(org, "fresh", generation=cache.generation(org))
+    assert cache.get(org) == "fresh"
+    now[0] = 60.0
+    assert cache.get(org) is None
+
+
+# ---------------------------------------------------------------------- definition summaries
+
+
+async def test_definition_summaries_are_the_visible_published_ones_of_org_and_platform(
+    owner: asyncpg.Connection, db: TenantDatabase
+) -> None:
+    org, other = await seed.organization(owner), await seed.organization(owner)
+    rows = [
+        (org, "agent", "Researcher", "published", "listed"),
+        (org, "skill", "Draft skill", "draft", "listed"),
+        (org, "workflow", "Hidden flow", "published", "hidden"),
+        (None, "workflow", "Onboarding", "published", "listed"),
+        (other, "agent", "Their agent", "published", "listed"),
+    ]
+    for organization_id, kind, name, status, visibility in rows:
+        await seed.insert(
+            owner,
+            "definitions",
+            id=seed.new_id(),
+            organization_id=organization_id,
+            kind=kind,
+            name=name,
+            safe_summary=f"{name} summary",
+            status=status,
+            visibility=visibility,
+        )
+    source = DefinitionSummaryContextSource(db)
+    items = await source.retrieve(subject_request(org), spec("definition_summary"))
+    assert [(i.title, i.body) for i in items] == [
+        ("Agent Researcher", "Researcher summary"),
+        ("Workflow Onboarding", "Onboarding summary"),
+    ]
+    assert [
+        i.title
+        for i in await source.retrieve(subject_request(org), spec("definition_summary", limit=1))
+    ] == ["Agent Researcher"]
+
+
+# ------------------------------------------------------------------------------ conversation
+
+
+async def test_conversation_newest_first_rendered_oldest_first(
+    owner: asyncpg.Connection, db: TenantDatabase
+) -> None:
+    org, other = await seed.organization(owner), await seed.organization(owner)
+    conversation = seed.new_id()
+    await seed.insert(
+        owner, "conversations", organization_id=org, id=conversation, summary="They want a pilot"
+    )
+    for i, role in enumerate(["user", "assistant", "user"]):
+        await seed.insert(
+            owner,
+            "conversation_messages",
+            organization_id=org,
+            id=seed.new_id(),
+            conversation_id=conversation,
+            role=role,
+            content=f"m{i}",
+            created_at=NOW + timedelta(seconds=i),
+        )
+    source = ConversationContextSource(db)
+    assert await source.retrieve(subject_request(org), spec("conversation")) == []
+    items = await source.retrieve(
+        subject_request(org, conversation_id=conversation), spec("conversation")
+    )
+    assert [i.body for i in items] == ["They want a pilot", "m2", "m1", "m0"]
+    assert all(i.subject_key is None for i in items)
+    summary_line = f"- [conversation:{conversation}] Summary so far: They want a pilot"
+    budget = sum(
+        estimate_tokens(line + "\n")
+        for line in [
+            "## Conversation",
+            summary_line,
+            "- Assistant: m1",
+            "- User: m2",
+        ]
+    )  # one token short of the oldest message too
+    policy = ContextPolicy(
+        total_token_budget=budget,
+        sources=[ContextSourceSpec(name="conversation", token_budget=budget)],
+    )
+    brief = ContextPacker().pack(items, policy)
+    # the oldest message is cut first; the kept ones read oldest to newest after the summary
+    assert brief.text.splitlines()[1:] == [
+        summary_line,
+        "- Assistant: m1",
+        "- User: m2",
+    ]
+    foreign = await source.retrieve(
+        subject_request(other, conversation_id=conversation), spec("conversation")
+    )
+    assert foreign == []
+    assert (
+        await source.retrieve(
+            subject_request(org, conversation_id=conversation), spec("conversation", limit=0)
+        )
+        == []
+    )
+
+
+# ------------------------------------------------------------------------------ run history
+
+
+async def run(owner: asyncpg.Connection, org: uuid.UUID, **values: Any) -> uuid.UUID:
+    run_id: uuid.UUID = values.pop("id", seed.new_id())
+    values.setdefault("status", "completed")
+    await seed.insert(owner, "runs", organization_id=org, id=run_id, **values)
+    return run_id
+
+
+async def test_run_history_filters_order_and_body(
+    owner: asyncpg.Connection, db: TenantDatabase
+) -> None:
+    org, other = await seed.organization(owner), await seed.organization(owner)
+    user, someone, trigger = seed.new_id(), seed.new_id(), seed.new_id()
+    deal = str(seed.new_id())
+    long_id = "x" * 80
+    mine = await run(
+        owner,
+        org,
+        user_id=user,
+        created_at=NOW - timedelta(hours=1),
+        result_summary="Drafted the renewal",
+        result_refs=[
+            {"kind": "crm_deal", "id": deal},
+            {"kind": "crm_company", "id": long_id},
+            {"kind": "unmapped", "id": "zzz"},
+            {"id": "no kind"},
+        ],
+    )
+    child = await run(
+        owner,
+        org,
+        user_id=someone,
+        parent_run_id=mine,
+        status="failed",
+        failure_reason="CRM timed out",
+        created_at=NOW - timedelta(minutes=30),
+        result_refs=[{"kind": "deal", "id": deal}],
+    )
+    by_trigger = await run(
+        owner,
+        org,
+        trigger_id=trigger,
+        status="waiting",
+        waiting_reason="needs approval",
+        created_at=NOW - timedelta(hours=2),
+    )
+    current = await run(owner, org, user_id=user, created_at=NOW)
+    await run(owner, org, user_id=user, created_at=NOW - timedelta(hours=30))  # outside 24 h
+    await run(owner, org, user_id=someone, created_at=NOW)  # another person, no entity
+    await run(owner, other, user_id=user, created_at=NOW)  # another tenant
+    source = RunHistoryContextSource(db)
+    request = subject_request(
+        org,
+        user_id=user,
+        trigger_id=trigger,
+        run_id=current,
+        entities=(ResourceRef(kind="crm.deal", id=deal),),
+    )
+    items = await source.retrieve(request, spec("run_history"))
+    assert [i.ref.id if i.ref else None for i in items] == [str(child), str(mine), str(by_trigger)]
+    assert [i.title for i in items] == ["Run failed", "Run completed", "Run waiting"]
+    assert items[0].body == (
+        f"Failed. Parent run {mine}. Refs: crm.deal {deal}. Failed: CRM timed out"
+    )
+    assert items[1].body == (
+        f"Completed. Result: Drafted the renewal. Refs: crm.deal {deal}, crm.company {'x' * 63}…"
+    )
+    assert items[1].body_refs == [ResourceRef(kind="crm_deal", id=deal)]  # the stored word
+    assert items[2].body == "Waiting. Waiting: needs approval"
+    assert all(i.subject_key is None for i in items)
+    assert items[1].recorded_at is not None
+
+    wide = await source.retrieve(request, spec("run_history", lookback_hours=48))
+    assert len(wide) == 4
+    assert [i.title for i in await source.retrieve(request, spec("run_history", limit=1))] == [
+        "Run failed"
+    ]
+    assert await source.retrieve(request, spec("run_history", limit=0)) == []
+
+
+async def test_run_history_default_limit_is_five(
+    owner: asyncpg.Connection, db: TenantDatabase
+) -> None:
+    org = await seed.organization(owner)
+    user = seed.new_id()
+    for i in range(8):
+        await run(owner, org, user_id=user, created_at=NOW - timedelta(minutes=i))
+    items = await RunHistoryContextSource(db).retrieve(
+        subject_request(org, user_id=user), spec("run_history")
+    )
+    assert len(items) == 5
+
+
+@pytest.mark.parametrize(
+    ("options", "path"),
+    [
+        ({"lookback_hours": 0}, "sources[0].options.lookback_hours"),
+        ({"lookback_hours": 721}, "sources[0].options.lookback_hours"),
+        ({"lookback_hours": "24"}, "sources[0].options.lookback_hours"),
+        ({"include_platform": True}, "sources[0].options.include_platform"),
+    ],
+)
+def test_run_history_options_are_admitted_strictly(options: dict[str, Any], path: str) -> None:
+    policy = ContextPolicy(
+        total_token_budget=10,
+        sources=[ContextSourceSpec(name="run_history", token_budget=5, options=options)],
+    )
+    with pytest.raises(PolicyError) as raised:
+        process_registry().validate_policy(policy)
+    assert raised.value.path == path
+
+
+def test_the_process_registry_serves_the_five_sources() -> None:
+    assert process_registry().names == [
+        "conversation",
+        "application",
+        "dossier",
+        "definition_summary",
+        "run_history",
+    ]
+    json.dumps(process_registry().names)
