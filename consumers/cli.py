@@ -19,7 +19,6 @@ import os
 import signal
 import sys
 import time
-import uuid
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -31,13 +30,13 @@ from consumers.sources import process_registry
 from consumers.topics import all_topics, build_topics, ensure_topics
 from contextcore.builder import DefaultContextBuilder
 from contextcore.errors import ContextcoreError, InfrastructureUnavailable, SchemaError
-from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
+from contextcore.models import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
 from contextcore.packer import ContextPacker
 from contextcore.registry import PolicyError
 from contextcore.settings import Settings
 from contextcore.sources.dossier import Fact
 from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
-from contextcore.storage import migrations
+from contextcore.storage import demo_seed, migrations
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import TenantDatabase
 
@@ -129,7 +128,16 @@ async def _dev(action: str) -> int:
     return 0
 
 
-DEMO_ORGANIZATION = uuid.UUID("00000000-0000-4000-8000-00000000c0de")
+DEMO_POLICY = {
+    "total_token_budget": 1200,
+    "sources": [
+        {"name": "conversation", "token_budget": 300},
+        {"name": "application", "token_budget": 400, "required": True},
+        {"name": "dossier", "token_budget": 250, "options": {"include_user": True}},
+        {"name": "definition_summary", "token_budget": 100},
+        {"name": "run_history", "token_budget": 150},
+    ],
+}
 
 
 async def _demo(serve: bool) -> int:
@@ -145,11 +153,12 @@ async def _demo(serve: bool) -> int:
         env["CONTEXTCORE_DATABASE_URL"] = addresses.database_url
         os.environ.update(env)
     settings = Settings()
-    print("== applying the schema")
+    print("== applying the schema and seeding the demo organization")
     conn = await connect(settings.require_database_url())
     try:
         done = await migrations.apply_pending(conn)
         print("\n".join(f"applied {m.label}" for m in done) or "schema is up to date")
+        await demo_seed.seed_demo(conn)
     finally:
         await conn.close()
     print("== starting the build consumer")
@@ -160,17 +169,23 @@ async def _demo(serve: bool) -> int:
         from producers.client import ContextClient
 
         request = ContextRequest(
-            subject=ContextSubject(organization_id=DEMO_ORGANIZATION),
-            query="What should I know before I call Acme?",
+            subject=ContextSubject(organization_id=demo_seed.ORGANIZATION, user_id=demo_seed.USER),
+            query="What should I know before I call Ada at Acme?",
+            entities=(
+                ResourceRef(kind="crm.company", id=str(demo_seed.ACME), label="Acme"),
+                ResourceRef(kind="crm.deal", id=str(demo_seed.RENEWAL)),
+            ),
+            conversation_id=demo_seed.CONVERSATION,
         )
-        # The build consumer registers no context source yet, so the demo policy names none;
-        # admission would refuse a source the process does not know.
-        policy = ContextPolicy(total_token_budget=1200, sources=[])
+        policy = ContextPolicy.model_validate(DEMO_POLICY)
         print("== sending a demo build request")
         started = time.perf_counter()
         async with ContextClient.from_settings(settings) as client:
             reply = await client.request(request, policy, timeout=60.0)
         print(f"== reply after {time.perf_counter() - started:.2f} s (includes the group join)")
+        if reply.brief is not None:
+            print(reply.brief.text)
+            print("==")
         print(json.dumps(reply.model_dump(mode="json"), indent=2))
         if serve:
             print("== serving; Ctrl-C stops the consumer (`contextcore dev down` stops the stack)")

@@ -35,9 +35,21 @@ async def test_demo_applies_the_schema_starts_the_consumer_and_prints_the_reply(
     assert code == 0, err
     assert "starting the embedded broker" not in out  # the addresses point elsewhere
     assert "applied 00001_foundation" in out
-    reply = json.loads(out[out.index("{") :])
+    reply = json.loads(out[out.index("\n{") + 1 :])
     assert reply["status"] == "ok"
     assert reply["brief"]["failed_sources"] == []
+    text = reply["brief"]["text"]
+    for heading in (
+        "## Conversation",
+        "## Application state",
+        "## Company dossier",
+        "## Agents, workflows and skills",
+        "## Run history",
+    ):
+        assert heading in text  # every source answered from the seeded demo rows
+    assert "lifecycle_stage: customer" in text
+    deal = {"kind": "crm.deal", "id": "00000000-0000-4000-8000-0000000000d1", "label": None}
+    assert deal in reply["brief"]["items"]
 
 
 async def test_build_cli_publishes_json_files_and_prints_the_reply(
