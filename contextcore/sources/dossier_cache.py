@@ -82,6 +82,7 @@ class DossierInvalidator:
         self.cache.listening = False
         self.cache.clear()
         if self._conn is not None:
+            self._conn.remove_termination_listener(self._on_termination)  # a chosen close
             await self._conn.close()
             self._conn = None
 
