@@ -26,6 +26,7 @@ from consumers.devstack import DevStack
 from consumers.topics import all_topics, build_topics, ensure_topics
 from contextcore.settings import Settings
 from contextcore.storage import migrations
+from contextcore.storage.tenancy import TenantDatabase
 
 pytestmark = pytest.mark.integration
 
@@ -113,6 +114,23 @@ async def empty_database_url(services: Services) -> AsyncIterator[str]:
     name = await _new_database(services, None)
     yield _with_database(services.database_url, name)
     await _drop_database(services, name)
+
+
+@pytest.fixture
+async def owner(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection as the table owner: how an admin or a sync job writes rows."""
+    conn = await asyncpg.connect(database_url)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+async def tenant_db(database_url: str) -> AsyncIterator[TenantDatabase]:
+    """The tenancy layer over a small pool of this test's database."""
+    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=3)
+    assert pool is not None
+    yield TenantDatabase(pool)
+    await pool.close()
 
 
 @pytest.fixture

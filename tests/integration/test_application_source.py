@@ -31,13 +31,6 @@ class QueryLog:
 
 
 @pytest.fixture
-async def owner(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(database_url)
-    yield conn
-    await conn.close()
-
-
-@pytest.fixture
 async def logged() -> QueryLog:
     return QueryLog()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import sys
 import urllib.request
 import uuid
 
@@ -12,7 +13,7 @@ import pytest
 from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from contextcore.settings import Settings
 from producers.client import BuildFailed, ContextClient, ReplyTimeout
-from tests.integration.conftest import StartConsumer
+from tests.integration.conftest import StartConsumer, settings_env
 
 pytestmark = pytest.mark.integration
 
@@ -71,10 +72,8 @@ async def test_client_times_out_when_nobody_answers(kafka_settings: Settings) ->
 
 
 async def run_serve(settings: Settings) -> tuple[int, str]:
-    from tests.integration.conftest import settings_env
-
     process = await asyncio.create_subprocess_exec(
-        "python",
+        sys.executable,
         "-m",
         "consumers.cli",
         "serve",

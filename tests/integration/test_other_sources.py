@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,21 +32,6 @@ from tests.integration import seed
 
 pytestmark = pytest.mark.integration
 NOW = datetime.now(UTC)
-
-
-@pytest.fixture
-async def owner(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(database_url)
-    yield conn
-    await conn.close()
-
-
-@pytest.fixture
-async def db(database_url: str) -> AsyncIterator[TenantDatabase]:
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=3)
-    assert pool is not None
-    yield TenantDatabase(pool)
-    await pool.close()
 
 
 def spec(name: str, limit: int | None = None, **options: Any) -> ContextSourceSpec:
@@ -116,7 +100,7 @@ async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int
 
 
 async def test_dossier_items_in_the_design_order(
-    owner: asyncpg.Connection, db: TenantDatabase
+    owner: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
     org = await seed.organization(owner)
     await seed_dossier(owner, org)
@@ -129,7 +113,7 @@ async def test_dossier_items_in_the_design_order(
         full_name="Dana",
         title="Head of Sales",
     )
-    source = DossierContextSource(db, DossierCache())
+    source = DossierContextSource(tenant_db, DossierCache())
     items = await source.retrieve(
         subject_request(org, user_id=user), spec("dossier", include_user=True)
     )
@@ -161,7 +145,7 @@ async def test_dossier_items_in_the_design_order(
 
 
 async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
-    owner: asyncpg.Connection, db: TenantDatabase, database_url: str
+    owner: asyncpg.Connection, tenant_db: TenantDatabase, database_url: str
 ) -> None:
     org = await seed.organization(owner)
     await seed_dossier(owner, org, documents=0)
@@ -169,7 +153,7 @@ async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
     invalidator = DossierInvalidator(cache, database_url)
     await invalidator.start()
     try:
-        source = DossierContextSource(db, cache)
+        source = DossierContextSource(tenant_db, cache)
 
         async def offers() -> list[str]:
             items = await source.retrieve(subject_request(org), spec("dossier"))
@@ -216,7 +200,7 @@ def test_dossier_cache_expires_and_refuses_a_read_older_than_an_invalidation() -
 
 
 async def test_definition_summaries_are_the_visible_published_ones_of_org_and_platform(
-    owner: asyncpg.Connection, db: TenantDatabase
+    owner: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
     org, other = await seed.organization(owner), await seed.organization(owner)
     rows = [
@@ -238,7 +222,7 @@ async def test_definition_summaries_are_the_visible_published_ones_of_org_and_pl
             status=status,
             visibility=visibility,
         )
-    source = DefinitionSummaryContextSource(db)
+    source = DefinitionSummaryContextSource(tenant_db)
     items = await source.retrieve(subject_request(org), spec("definition_summary"))
     assert [(i.title, i.body) for i in items] == [
         ("Agent Researcher", "Researcher summary"),
@@ -254,7 +238,7 @@ async def test_definition_summaries_are_the_visible_published_ones_of_org_and_pl
 
 
 async def test_conversation_newest_first_rendered_oldest_first(
-    owner: asyncpg.Connection, db: TenantDatabase
+    owner: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
     org, other = await seed.organization(owner), await seed.organization(owner)
     conversation = seed.new_id()
@@ -272,7 +256,7 @@ async def test_conversation_newest_first_rendered_oldest_first(
             content=f"m{i}",
             created_at=NOW + timedelta(seconds=i),
         )
-    source = ConversationContextSource(db)
+    source = ConversationContextSource(tenant_db)
     assert await source.retrieve(subject_request(org), spec("conversation")) == []
     items = await source.retrieve(
         subject_request(org, conversation_id=conversation), spec("conversation")
@@ -323,7 +307,7 @@ async def run(owner: asyncpg.Connection, org: uuid.UUID, **values: Any) -> uuid.
 
 
 async def test_run_history_filters_order_and_body(
-    owner: asyncpg.Connection, db: TenantDatabase
+    owner: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
     org, other = await seed.organization(owner), await seed.organization(owner)
     user, someone, trigger = seed.new_id(), seed.new_id(), seed.new_id()
@@ -364,7 +348,7 @@ async def test_run_history_filters_order_and_body(
     await run(owner, org, user_id=user, created_at=NOW - timedelta(hours=30))  # outside 24 h
     await run(owner, org, user_id=someone, created_at=NOW)  # another person, no entity
     await run(owner, other, user_id=user, created_at=NOW)  # another tenant
-    source = RunHistoryContextSource(db)
+    source = RunHistoryContextSource(tenant_db)
     request = subject_request(
         org,
         user_id=user,
@@ -395,13 +379,13 @@ async def test_run_history_filters_order_and_body(
 
 
 async def test_run_history_default_limit_is_five(
-    owner: asyncpg.Connection, db: TenantDatabase
+    owner: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
     org = await seed.organization(owner)
     user = seed.new_id()
     for i in range(8):
         await run(owner, org, user_id=user, created_at=NOW - timedelta(minutes=i))
-    items = await RunHistoryContextSource(db).retrieve(
+    items = await RunHistoryContextSource(tenant_db).retrieve(
         subject_request(org, user_id=user), spec("run_history")
     )
     assert len(items) == 5

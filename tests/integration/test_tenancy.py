@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import asyncpg
 import pytest
 
@@ -11,21 +9,6 @@ from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase, TenantQuer
 from tests.integration import seed
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def owner(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    conn = await asyncpg.connect(database_url)
-    yield conn
-    await conn.close()
-
-
-@pytest.fixture
-async def tenant_db(database_url: str) -> AsyncIterator[TenantDatabase]:
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=2)
-    assert pool is not None
-    yield TenantDatabase(pool)
-    await pool.close()
 
 
 async def test_a_query_that_forgets_its_organization_filter_sees_one_tenant_only(
