@@ -91,7 +91,13 @@ async def builder_overhead(items_per_source: int, runs: int = 2000) -> tuple[flo
     policy = make_policy(len(items))
     packer = ContextPacker()
     builder = DefaultContextBuilder(registry, packer)
-    request = ContextRequest(subject=ContextSubject(organization_id=uuid.uuid4()), query="q")
+    request = ContextRequest(
+        subject=ContextSubject(
+            organization_id=uuid.uuid4(), user_id=None, trigger_id=None, definition_id=None
+        ),
+        query="q",
+        entities=(),
+    )
     ordered = [i for s in SOURCES for i in by_source[s]]
     builds, packs = [], []
     for _ in range(runs):

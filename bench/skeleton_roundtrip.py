@@ -30,7 +30,13 @@ from contextcore.storage import migrations
 from contextcore.storage.pool import connect
 from producers.client import ContextClient
 
-REQUEST = ContextRequest(subject=ContextSubject(organization_id=uuid.uuid4()), query="bench")
+REQUEST = ContextRequest(
+    subject=ContextSubject(
+        organization_id=uuid.uuid4(), user_id=None, trigger_id=None, definition_id=None
+    ),
+    query="bench",
+    entities=(),
+)
 POLICY = ContextPolicy(total_token_budget=1000, sources=[])
 
 

@@ -173,7 +173,9 @@ def request_for(org: Org, rng: random.Random) -> ContextRequest:
     entities += [ResourceRef(kind="crm.person", id=str(p)) for p in rng.sample(org.people, 3)]
     entities += [ResourceRef(kind="crm.deal", id=str(d)) for d in rng.sample(org.deals, 3)]
     return ContextRequest(
-        subject=ContextSubject(organization_id=org.id, user_id=org.user),
+        subject=ContextSubject(
+            organization_id=org.id, user_id=org.user, trigger_id=None, definition_id=None
+        ),
         query="bench",
         entities=tuple(entities),
         conversation_id=rng.choice(org.conversations),

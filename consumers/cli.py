@@ -169,7 +169,12 @@ async def _demo(serve: bool) -> int:
         from producers.client import ContextClient
 
         request = ContextRequest(
-            subject=ContextSubject(organization_id=demo_seed.ORGANIZATION, user_id=demo_seed.USER),
+            subject=ContextSubject(
+                organization_id=demo_seed.ORGANIZATION,
+                user_id=demo_seed.USER,
+                trigger_id=None,
+                definition_id=None,
+            ),
             query="What should I know before I call Ada at Acme?",
             entities=(
                 ResourceRef(kind="crm.company", id=str(demo_seed.ACME), label="Acme"),

@@ -64,14 +64,19 @@ class ResourceRef(BaseModel):
 
 
 class ContextSubject(BaseModel):
-    """The four fields the sources filter by; the tenancy of every read."""
+    """The four fields the sources filter by; the tenancy of every read.
+
+    All four are required, the last three nullable, as in the design: a caller states "no user"
+    or "no definition" on purpose. A forgotten field must not silently widen a read (a null
+    definition widens a memory read to every definition of the organization).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     organization_id: UUID
-    user_id: UUID | None = None
-    trigger_id: UUID | None = None
-    definition_id: UUID | None = None
+    user_id: UUID | None
+    trigger_id: UUID | None
+    definition_id: UUID | None
 
 
 class ContextRequest(BaseModel):
@@ -81,7 +86,7 @@ class ContextRequest(BaseModel):
 
     subject: ContextSubject
     query: str
-    entities: tuple[ResourceRef, ...] = ()
+    entities: tuple[ResourceRef, ...]
     run_id: UUID | None = None
     conversation_id: UUID | None = None
 

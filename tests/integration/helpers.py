@@ -18,7 +18,16 @@ def request_message(correlation_id: str, reply_to: str, **overrides: Any) -> dic
         "schema_version": 1,
         "correlation_id": correlation_id,
         "reply_to": reply_to,
-        "request": {"subject": {"organization_id": ORG}, "query": "who is Acme?"},
+        "request": {
+            "subject": {
+                "organization_id": ORG,
+                "user_id": None,
+                "trigger_id": None,
+                "definition_id": None,
+            },
+            "query": "who is Acme?",
+            "entities": [],
+        },
         "policy": {
             "total_token_budget": 500,
             "sources": [],  # the consumer registers no source yet: an empty, admitted policy

@@ -48,7 +48,11 @@ async def source(database_url: str, logged: QueryLog) -> AsyncIterator[Applicati
 
 def request(org: uuid.UUID, *refs: ResourceRef) -> ContextRequest:
     return ContextRequest(
-        subject=ContextSubject(organization_id=org), query="ignored", entities=refs
+        subject=ContextSubject(
+            organization_id=org, user_id=None, trigger_id=None, definition_id=None
+        ),
+        query="ignored",
+        entities=refs,
     )
 
 
@@ -107,7 +111,13 @@ async def test_the_query_text_is_never_searched(
 ) -> None:
     org = await seed.organization(owner)
     await seed.company(owner, org, name="Acme")
-    r = ContextRequest(subject=ContextSubject(organization_id=org), query="Acme")
+    r = ContextRequest(
+        subject=ContextSubject(
+            organization_id=org, user_id=None, trigger_id=None, definition_id=None
+        ),
+        query="Acme",
+        entities=(),
+    )
     assert await source.retrieve(r, spec()) == []
     assert logged.reads() == []
 

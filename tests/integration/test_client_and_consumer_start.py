@@ -18,7 +18,11 @@ from tests.integration.conftest import StartConsumer, settings_env
 pytestmark = pytest.mark.integration
 
 REQUEST = ContextRequest(
-    subject=ContextSubject(organization_id=uuid.UUID(int=7)), query="what changed at Acme?"
+    subject=ContextSubject(
+        organization_id=uuid.UUID(int=7), user_id=None, trigger_id=None, definition_id=None
+    ),
+    query="what changed at Acme?",
+    entities=(),
 )
 POLICY = ContextPolicy(total_token_budget=100, sources=[])  # no source is registered yet
 

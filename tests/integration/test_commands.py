@@ -60,7 +60,12 @@ async def test_build_cli_publishes_json_files_and_prints_the_reply(
     request.write_text(
         json.dumps(
             {
-                "subject": {"organization_id": "6f1c2a3b-0000-4000-8000-000000000001"},
+                "subject": {
+                    "organization_id": "6f1c2a3b-0000-4000-8000-000000000001",
+                    "user_id": None,
+                    "trigger_id": None,
+                    "definition_id": None,
+                },
                 "query": "who is Acme?",
                 "entities": [{"kind": "crm.company", "id": "c1"}, {"kind": "broken"}],
             }

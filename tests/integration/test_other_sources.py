@@ -43,7 +43,9 @@ def subject_request(org: uuid.UUID, **fields: Any) -> ContextRequest:
         organization_id=org,
         user_id=fields.pop("user_id", None),
         trigger_id=fields.pop("trigger_id", None),
+        definition_id=None,
     )
+    fields.setdefault("entities", ())
     return ContextRequest(subject=subject, query="q", **fields)
 
 

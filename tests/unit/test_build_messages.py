@@ -23,7 +23,16 @@ def message(**overrides: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "correlation_id": "c-1",
         "reply_to": "replies.a",
-        "request": {"subject": {"organization_id": ORG}, "query": "q"},
+        "request": {
+            "subject": {
+                "organization_id": ORG,
+                "user_id": None,
+                "trigger_id": None,
+                "definition_id": None,
+            },
+            "query": "q",
+            "entities": [],
+        },
         "policy": {"total_token_budget": 10, "sources": [{"name": "a", "token_budget": 5}]},
     }
     base.update(overrides)

@@ -15,7 +15,13 @@ from contextcore.packer import NOTICE_PREFIX, ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
 from tests.unit.fakes import StaticSource, item
 
-REQUEST = ContextRequest(subject=ContextSubject(organization_id=uuid.uuid4()), query="q")
+REQUEST = ContextRequest(
+    subject=ContextSubject(
+        organization_id=uuid.uuid4(), user_id=None, trigger_id=None, definition_id=None
+    ),
+    query="q",
+    entities=(),
+)
 
 
 def policy(*specs: dict[str, Any], total: int = 1000) -> ContextPolicy:

@@ -59,7 +59,9 @@ def test_class_order_holds_the_ten_kinds_with_conversation_first_and_run_history
 
 def test_request_round_trips_through_json() -> None:
     request = ContextRequest(
-        subject=ContextSubject(organization_id=uuid.uuid4(), user_id=uuid.uuid4()),
+        subject=ContextSubject(
+            organization_id=uuid.uuid4(), user_id=uuid.uuid4(), trigger_id=None, definition_id=None
+        ),
         query="what changed?",
         entities=(ResourceRef(kind="crm.company", id="8f21", label="Acme"),),
         run_id=uuid.uuid4(),
@@ -103,3 +105,10 @@ def test_application_field_and_memory_attribute_never_share_a_key() -> None:
 )
 def test_token_estimate_counts_utf8_bytes_rounded_up(text: str, tokens: int) -> None:
     assert estimate_tokens(text) == tokens
+
+
+def test_the_subject_states_every_field_even_when_null() -> None:
+    with pytest.raises(ValidationError) as raised:
+        ContextSubject.model_validate({"organization_id": str(uuid.uuid4())})
+    missing = {e["loc"][0] for e in raised.value.errors() if e["type"] == "missing"}
+    assert missing == {"user_id", "trigger_id", "definition_id"}
