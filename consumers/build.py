@@ -31,9 +31,8 @@ from faststream.middlewares import AckPolicy
 from pydantic import ValidationError
 
 from consumers.metrics import BuildMetrics
-from consumers.sources import process_registry
-from contextcore.builder import ContextBuilder, DefaultContextBuilder, RequiredContextSourceError
-from contextcore.packer import ContextPacker
+from contextcore.builder import ContextBuilder, RequiredContextSourceError
+from contextcore.errors import validation_lines
 from contextcore.registry import ContextSourceRegistry, PolicyError
 from contextcore.settings import Settings, dead_letter_topic
 from schemas.build import (
@@ -60,10 +59,6 @@ class DeadLetter:
     reason: str
 
 
-def _first_line(error: ValidationError) -> list[str]:
-    return [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()]
-
-
 async def decide(
     value: bytes | None, registry: ContextSourceRegistry, builder: ContextBuilder
 ) -> Reply | DeadLetter:
@@ -79,13 +74,13 @@ async def decide(
         if address is None:
             return DeadLetter(
                 "invalid build request without a usable reply_to/correlation_id: "
-                + "; ".join(_first_line(error))[:2000]
+                + "; ".join(validation_lines(error))[:2000]
             )
         topic, correlation_id = address
         info = ErrorInfo(
             code="invalid_request",
             message="the build request is invalid",
-            details=_first_line(error),
+            details=validation_lines(error),
         )
         return Reply(topic, correlation_id, BuildReplyV1.failed(correlation_id, info))
     return Reply(
@@ -148,14 +143,14 @@ class BuildConsumer:
         self,
         settings: Settings,
         *,
-        registry: ContextSourceRegistry | None = None,
-        builder: ContextBuilder | None = None,
+        registry: ContextSourceRegistry,
+        builder: ContextBuilder,
         metrics: BuildMetrics | None = None,
         max_publish_attempts: int = 5,
     ) -> None:
         self.settings = settings
-        self.registry = registry or process_registry()
-        self.builder = builder or DefaultContextBuilder(self.registry, ContextPacker())
+        self.registry = registry
+        self.builder = builder
         self.metrics = metrics or BuildMetrics.create()
         self.max_publish_attempts = max_publish_attempts
         self._attempts: dict[tuple[str, int, int], int] = {}

@@ -29,7 +29,12 @@ from consumers.metrics import serve_metrics
 from consumers.sources import process_registry
 from consumers.topics import all_topics, build_topics, ensure_topics
 from contextcore.builder import DefaultContextBuilder
-from contextcore.errors import ContextcoreError, InfrastructureUnavailable, SchemaError
+from contextcore.errors import (
+    ContextcoreError,
+    InfrastructureUnavailable,
+    SchemaError,
+    validation_lines,
+)
 from contextcore.models import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
 from contextcore.packer import ContextPacker
 from contextcore.registry import PolicyError
@@ -208,9 +213,8 @@ def _check_policy(path: Path) -> int:
         policy = ContextPolicy.model_validate_json(path.read_bytes())
         process_registry().validate_policy(policy)
     except ValidationError as error:
-        for problem in error.errors():
-            location = ".".join(str(part) for part in problem["loc"])
-            print(f"{path}: {location}: {problem['msg']}", file=sys.stderr)
+        for line in validation_lines(error):
+            print(f"{path}: {line}", file=sys.stderr)
         return 1
     except PolicyError as error:
         print(f"{path}: {error}", file=sys.stderr)

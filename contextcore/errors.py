@@ -14,6 +14,10 @@ Every error carries a message that fits on one line: command-line entry points p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
 
 class ContextcoreError(Exception):
     """Root of every error contextcore raises on purpose."""
@@ -41,3 +45,13 @@ class SchemaError(ContextcoreError):
 
 class MigrationFileError(SchemaError):
     """A migration file is misnamed, duplicated or out of order."""
+
+
+def field_path(location: Sequence[int | str]) -> str:
+    """A pydantic error location as a dotted path (``policy.sources.0.name``)."""
+    return ".".join(str(part) for part in location)
+
+
+def validation_lines(error: ValidationError) -> list[str]:
+    """One ``path: message`` line per problem, for replies and command-line errors."""
+    return [f"{field_path(e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()]

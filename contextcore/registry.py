@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from contextcore.errors import ContextcoreError
+from contextcore.errors import ContextcoreError, field_path
 from contextcore.models import (
     MAX_CONTEXT_ITEM_LIMIT,
     ContextItem,
@@ -146,5 +146,5 @@ def _validate_options(source: ContextSource, options: Any, path: str) -> None:
         schema.model_validate(options, strict=True)
     except ValidationError as error:
         first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
+        where = field_path(first["loc"])
         raise PolicyError(f"{path}.{where}" if where else path, first["msg"]) from error

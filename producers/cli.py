@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from contextcore.errors import ContextcoreError
+from contextcore.errors import ContextcoreError, validation_lines
 from contextcore.settings import Settings
 from producers.client import ContextClient, ReplyTimeout
 from schemas.build import BuildRequestV1, parse_build_request
@@ -49,11 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return asyncio.run(_send(_read(args.request, args.policy), args.timeout))
     except ValidationError as error:
-        print(
-            f"contextcore-build: invalid input: {error.errors()[0]['msg']} at "
-            f"{'.'.join(str(p) for p in error.errors()[0]['loc'])}",
-            file=sys.stderr,
-        )
+        print(f"contextcore-build: invalid input: {validation_lines(error)[0]}", file=sys.stderr)
         return 1
     except (OSError, ValueError) as error:
         print(f"contextcore-build: {error}", file=sys.stderr)

@@ -95,6 +95,6 @@ async def test_build_cli_publishes_json_files_and_prints_the_reply(
     )
     assert code == 1
     assert err.strip() == (
-        "contextcore-build: invalid input: Input should be a valid integer at "
-        "policy.total_token_budget"
+        "contextcore-build: invalid input: policy.total_token_budget: Input should be a valid "
+        "integer"
     )
