@@ -2,8 +2,8 @@
 
 ``TenantDatabase.scoped(organization_id)`` opens a read-only transaction that
 
-1. switches to the service role (``SET LOCAL ROLE contextcore_app``), which owns no table, so
-   row-level security applies to every read;
+1. switches to the service role (``SET LOCAL ROLE contextcore_app``, through ``set_config``),
+   which owns no table, so row-level security applies to every read;
 2. sets ``contextcore.organization_id`` for the transaction, the key of every RLS policy;
 3. hands out a :class:`TenantConnection` whose queries receive the organization id as ``$1``.
    A :class:`TenantQuery` must filter by ``$1``; a query that forgot to would still see only
@@ -27,6 +27,11 @@ from contextcore.errors import InfrastructureUnavailable
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 SERVICE_ROLE = "contextcore_app"
+
+# Enter a tenant scope: become the service role and name the organization, for this transaction.
+_ENTER_SCOPE = """
+SELECT set_config('role', $1, true), set_config('contextcore.organization_id', $2, true)
+"""
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ class TenantDatabase:
         if not _ROLE_NAME.match(role):
             raise ValueError(f"not a plain role name: {role!r}")
         self.pool = pool
-        self._set_role = f"SET LOCAL ROLE {role}"
+        self.role = role
 
     @asynccontextmanager
     async def scoped(self, organization_id: UUID) -> AsyncIterator[TenantConnection]:
@@ -79,9 +84,7 @@ class TenantDatabase:
         if self.pool is None:
             raise InfrastructureUnavailable("this process has no database pool")
         async with self.pool.acquire() as conn, conn.transaction(readonly=True):
-            await conn.execute(self._set_role)
-            await conn.execute(
-                "SELECT set_config('contextcore.organization_id', $1, true)",
-                str(organization_id),
-            )
+            # One round trip: set_config('role', …, true) is SET LOCAL ROLE, with the same
+            # membership check; both settings end with the transaction.
+            await conn.execute(_ENTER_SCOPE, self.role, str(organization_id))
             yield TenantConnection(conn, organization_id)
