@@ -80,6 +80,16 @@ class UpReport:
     postgres_start_s: float
     topics_created: list[str]
 
+    def lines(self, home: Path) -> list[str]:
+        verb = {True: "started", False: "reused"}
+        return [
+            f"kafka     {self.addresses.bootstrap_servers}  "
+            f"({verb[self.broker_started]}, {self.broker_start_s:.2f} s)",
+            f"postgres  {self.addresses.database_url}  "
+            f"({verb[self.postgres_started]}, {self.postgres_start_s:.2f} s)",
+            f"data      {home}",
+        ]
+
 
 class DevStack:
     """Start, reuse and stop the embedded broker and database."""
