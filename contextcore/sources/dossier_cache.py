@@ -10,12 +10,15 @@ Two races are closed:
 * a read that started before an invalidation must not store what it read: each organization
   has a generation, bumped by every invalidation, and ``put`` only stores when the generation
   is the one seen before the read;
-* while the listener is down (before it started, or after its connection dropped) nothing is
-  cached at all, because a missed notification would serve stale rows for up to a minute.
+* while the listener is down (before it started, or after its connection dropped and until it
+  reconnects) nothing is cached at all: a missed notification would serve stale rows for up to
+  a minute.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -65,26 +68,61 @@ class DossierCache(Generic[T]):
 
 
 class DossierInvalidator:
-    """LISTENs for dossier writes on its own connection and invalidates ``cache``."""
+    """LISTENs for dossier writes on its own connection and invalidates ``cache``.
 
-    def __init__(self, cache: DossierCache[Any], database_url: str) -> None:
+    A lost connection turns caching off at once and reconnects in the background (back-off from
+    ``reconnect_delay_s`` to 30 s); caching resumes once the LISTEN is back, never before.
+    """
+
+    def __init__(
+        self, cache: DossierCache[Any], database_url: str, *, reconnect_delay_s: float = 0.5
+    ) -> None:
         self.cache = cache
         self.database_url = database_url
+        self.reconnect_delay_s = reconnect_delay_s
         self._conn: asyncpg.Connection | None = None
+        self._reconnect: asyncio.Task[None] | None = None
+        self._stopped = False
 
     async def start(self) -> None:
-        self._conn = await asyncpg.connect(self.database_url)
-        self._conn.add_termination_listener(self._on_termination)
-        await self._conn.add_listener(CHANNEL, self._on_notify)
-        self.cache.listening = True
+        self._stopped = False
+        await self._connect()
 
     async def stop(self) -> None:
+        self._stopped = True
         self.cache.listening = False
         self.cache.clear()
+        if self._reconnect is not None:
+            self._reconnect.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reconnect
+            self._reconnect = None
         if self._conn is not None:
             self._conn.remove_termination_listener(self._on_termination)  # a chosen close
             await self._conn.close()
             self._conn = None
+
+    async def _connect(self) -> None:
+        conn = await asyncpg.connect(self.database_url)
+        conn.add_termination_listener(self._on_termination)
+        await conn.add_listener(CHANNEL, self._on_notify)
+        self._conn = conn
+        self.cache.listening = True
+
+    async def _reconnect_until_listening(self) -> None:
+        delay = self.reconnect_delay_s
+        while not self._stopped:
+            try:
+                await self._connect()
+            except (TimeoutError, OSError, asyncpg.PostgresError) as error:
+                log.warning(
+                    "dossier listener: reconnect failed (%s); retrying in %.1f s", error, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+            else:
+                log.warning("dossier listener reconnected: caching is back on")
+                return
 
     def _on_notify(
         self,
@@ -99,6 +137,11 @@ class DossierInvalidator:
             log.warning("ignoring a malformed dossier notification %r", payload)
 
     def _on_termination(self, conn: object) -> None:
-        log.warning("dossier listener connection closed: caching is off until restarted")
+        log.warning("dossier listener connection lost: caching is off until it reconnects")
         self.cache.listening = False
         self.cache.clear()
+        self._conn = None
+        if not self._stopped and (self._reconnect is None or self._reconnect.done()):
+            self._reconnect = asyncio.get_running_loop().create_task(
+                self._reconnect_until_listening()
+            )

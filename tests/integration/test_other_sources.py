@@ -181,6 +181,39 @@ async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
         await invalidator.stop()
 
 
+async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
+    owner: asyncpg.Connection, tenant_db: TenantDatabase, database_url: str
+) -> None:
+    org = await seed.organization(owner)
+    await seed_dossier(owner, org, documents=0)
+    cache: DossierCache[list[Fact]] = DossierCache()
+    invalidator = DossierInvalidator(cache, database_url, reconnect_delay_s=0.05)
+    await invalidator.start()
+    source = DossierContextSource(tenant_db, cache)
+    try:
+        await source.retrieve(subject_request(org), spec("dossier"))
+        assert cache.get(org) is not None
+        killed = await owner.fetchval(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE query LIKE 'LISTEN %contextcore_dossier%' AND pid <> pg_backend_pid()"
+        )
+        assert killed is True
+        async with asyncio.timeout(10):  # the loss drops every entry (no write happened)
+            while cache.get(org) is not None:  # noqa: ASYNC110 - the callback runs elsewhere
+                await asyncio.sleep(0.01)
+        async with asyncio.timeout(10):
+            while not cache.listening:  # noqa: ASYNC110 - the reconnect task runs elsewhere
+                await asyncio.sleep(0.01)
+        await source.retrieve(subject_request(org), spec("dossier"))
+        assert cache.get(org) is not None
+        await owner.execute("UPDATE offers SET name = 'After' WHERE organization_id = $1", org)
+        async with asyncio.timeout(10):
+            while cache.get(org) is not None:  # noqa: ASYNC110 - the listener runs elsewhere
+                await asyncio.sleep(0.01)
+    finally:
+        await invalidator.stop()
+
+
 def test_dossier_cache_expires_and_refuses_a_read_older_than_an_invalidation() -> None:
     now = [0.0]
     cache: DossierCache[str] = DossierCache(ttl_s=60, clock=lambda: now[0])
