@@ -11,7 +11,8 @@
   order then projection order; 0 reads nothing, ``None`` applies no cap.
 * ``intelligence.company`` / ``intelligence.person`` name global rows: they are read only as the
   embedded row of this tenant's bridge row (``prospects`` / ``prospect_people``), so a shared
-  row no bridge of this tenant points at resolves to nothing.
+  row no bridge of this tenant points at resolves to nothing. The database enforces it too: the
+  service role reads the shared rows only through the ``tenant_intel_*`` views (00004).
 """
 
 from __future__ import annotations
@@ -174,7 +175,8 @@ PROJECTIONS: dict[str, Projection] = {
                 "SELECT DISTINCT ON (c.id) c.id, "
                 + ", ".join(f"c.{column}" for column in _INTEL_COMPANY_COLUMNS)
                 + ", NULL::timestamptz AS recorded_at\n"
-                "FROM prospects AS p JOIN intel_companies AS c ON c.id = p.intel_company_id\n"
+                "FROM prospects AS p\n"
+                "JOIN tenant_intel_companies AS c ON c.id = p.intel_company_id\n"
                 "WHERE p.organization_id = $1 AND c.id = ANY($2::uuid[])\n"
                 "ORDER BY c.id",
             ),
@@ -190,7 +192,7 @@ PROJECTIONS: dict[str, Projection] = {
                 "SELECT DISTINCT ON (person.id) person.id, "
                 + ", ".join(f"person.{column}" for column in _INTEL_PERSON_COLUMNS)
                 + ", NULL::timestamptz AS recorded_at\n"
-                "FROM prospect_people AS pp JOIN intel_people AS person"
+                "FROM prospect_people AS pp JOIN tenant_intel_people AS person"
                 " ON person.id = pp.intel_person_id\n"
                 "WHERE pp.organization_id = $1 AND person.id = ANY($2::uuid[])\n"
                 "ORDER BY person.id",

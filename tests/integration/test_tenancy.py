@@ -70,6 +70,26 @@ async def test_tenant_reads_are_read_only(
             await tenant._conn.execute("CREATE TEMP TABLE nope (x int)")
 
 
+async def test_shared_intel_rows_are_readable_only_through_this_tenants_bridges(
+    owner: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    org, other = await seed.organization(owner), await seed.organization(owner)
+    mine, theirs = seed.new_id(), seed.new_id()
+    for intel in (mine, theirs):
+        await seed.insert(owner, "intel_companies", id=intel, name="X", domain=f"{intel}.test")
+    await seed.insert(
+        owner, "prospects", organization_id=org, id=seed.new_id(), intel_company_id=mine
+    )
+    await seed.insert(
+        owner, "prospects", organization_id=other, id=seed.new_id(), intel_company_id=theirs
+    )
+    async with tenant_db.scoped(org) as tenant:
+        visible = await tenant._conn.fetch("SELECT id FROM tenant_intel_companies")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await tenant._conn.fetch("SELECT id FROM intel_companies")
+    assert [row["id"] for row in visible] == [mine]
+
+
 def test_a_tenant_query_must_filter_by_the_organization_parameter() -> None:
     with pytest.raises(ValueError, match=r"does not filter by \$1"):
         TenantQuery("oops", "SELECT * FROM crm_companies WHERE id = $2")
