@@ -60,6 +60,10 @@ _HEADING_TOKENS = {kind: estimate_tokens(h + "\n") for kind, h in SECTION_HEADIN
 
 def one_line(text: str) -> str:
     """Collapse each whitespace run (as `str.isspace` defines it) to one space, and strip."""
+    # Fast path: isprintable() is False for every whitespace character but the ASCII space, so
+    # a printable text with no double, leading or trailing space is already one line.
+    if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+        return text
     return " ".join(text.split())
 
 
