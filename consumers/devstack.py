@@ -251,6 +251,10 @@ class DevStack:
         if user is not None:
             shutil.chown(self.pg_data.parent, user)
             shutil.chown(self.pg_socket_dir, user)
+        # Nothing answers on our port, so a lock file left by a killed server (whose PID may
+        # now belong to another process) is stale: PostgreSQL would refuse to start over it.
+        (self.pg_data / "postmaster.pid").unlink(missing_ok=True)
+        (self.pg_socket_dir / f".s.PGSQL.{port}.lock").unlink(missing_ok=True)
         if not (self.pg_data / "PG_VERSION").exists():
             shutil.rmtree(self.pg_data, ignore_errors=True)
             self._pg(
