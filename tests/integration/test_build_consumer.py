@@ -135,3 +135,57 @@ async def test_restarting_the_consumer_mid_stream_loses_no_request(
     assert restarted
     assert set(seen) == expected  # every request answered, no stray correlation id
     assert len(seen) >= len(expected)  # duplicates allowed, each marked by its correlation id
+
+
+async def test_source_failures_reach_the_reply_through_kafka(
+    kafka_settings: Settings, start_consumer: StartConsumer
+) -> None:
+    """A timeout far below a real read makes every source fail: optional ones are named in the
+    brief, a required one fails the request with every failed required source named."""
+    bootstrap = kafka_settings.require_bootstrap_servers()
+    reply_topic = f"{kafka_settings.reply_topic_prefix}.failures"
+    await start_consumer(kafka_settings.model_copy(update={"source_timeout_s": 1e-6}))
+    optional = request_message(
+        "corr-optional",
+        reply_topic,
+        policy={
+            "total_token_budget": 100,
+            "sources": [
+                {"name": "dossier", "token_budget": 50},
+                {"name": "definition_summary", "token_budget": 50},
+            ],
+        },
+    )
+    required = request_message(
+        "corr-required",
+        reply_topic,
+        policy={
+            "total_token_budget": 100,
+            "sources": [
+                {"name": "dossier", "token_budget": 50, "required": True},
+                {"name": "definition_summary", "token_budget": 50},
+                {"name": "run_history", "token_budget": 50, "required": True},
+            ],
+        },
+    )
+    # with a user, run_history has something to read (with nothing to select it reads nothing)
+    required["request"]["subject"]["user_id"] = "6f1c2a3b-0000-4000-8000-0000000000aa"
+    send = await producer(bootstrap)
+    try:
+        for message in (optional, required):
+            await send.send_and_wait(
+                kafka_settings.topic_build_request,
+                json.dumps(message).encode(),
+                key=b"same-partition",
+            )
+    finally:
+        await send.stop()
+
+    first, second = await read_json(bootstrap, reply_topic, until=2)
+    assert first["correlation_id"] == "corr-optional"
+    assert first["status"] == "ok"
+    assert first["brief"]["failed_sources"] == ["dossier", "definition_summary"]
+    assert first["brief"]["text"].startswith("Unavailable sources")
+    assert second["correlation_id"] == "corr-required"
+    assert second["error"]["code"] == "required_source_failed"
+    assert second["error"]["details"] == ["dossier: timed out", "run_history: timed out"]
