@@ -6,9 +6,13 @@ can build several apps in one process) and serves it on ``CONTEXTCORE_METRICS_PO
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+log = logging.getLogger("contextcore.build")
 
 # A bucket at each latency target: 15 ms (p99 of a whole build), 50 ms, and the 1 s source timeout.
 _BUILD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -21,6 +25,7 @@ class BuildMetrics:
     duration: Histogram
     dead_letters: Counter
     publish_retries: Counter
+    source_failures: Counter
 
     @classmethod
     def create(cls) -> BuildMetrics:
@@ -50,7 +55,25 @@ class BuildMetrics:
                 "Reply publishes that failed and left the request for redelivery.",
                 registry=registry,
             ),
+            source_failures=Counter(
+                "contextcore_source_failures_total",
+                "Context source reads that failed (raised, timed out, missing, or wrong items).",
+                ["source", "required"],
+                registry=registry,
+            ),
         )
+
+
+def count_source_failure(metrics: BuildMetrics) -> Callable[[str, str, bool], None]:
+    """A builder ``on_source_failure`` hook that logs the reason and counts the failure."""
+
+    def observe(name: str, reason: str, required: bool) -> None:
+        log.warning(
+            "%s context source %s failed: %s", "required" if required else "optional", name, reason
+        )
+        metrics.source_failures.labels(source=name, required=str(required).lower()).inc()
+
+    return observe
 
 
 def serve_metrics(registry: CollectorRegistry, port: int) -> None:

@@ -10,7 +10,7 @@ import asyncio
 import signal
 
 from consumers.build import BuildConsumer
-from consumers.metrics import serve_metrics
+from consumers.metrics import BuildMetrics, count_source_failure, serve_metrics
 from consumers.sources import process_registry
 from consumers.topics import build_topics, ensure_topics
 from contextcore.builder import DefaultContextBuilder
@@ -54,10 +54,14 @@ async def serve_build(settings: Settings) -> None:
     try:
         await invalidator.start()
         registry = process_registry(TenantDatabase(pool, role=settings.database_role), cache)
+        metrics = BuildMetrics.create()
         builder = DefaultContextBuilder(
-            registry, ContextPacker(), source_timeout_s=settings.source_timeout_s
+            registry,
+            ContextPacker(),
+            source_timeout_s=settings.source_timeout_s,
+            on_source_failure=count_source_failure(metrics),
         )
-        consumer = BuildConsumer(settings, registry=registry, builder=builder)
+        consumer = BuildConsumer(settings, registry=registry, builder=builder, metrics=metrics)
         serve_metrics(consumer.metrics.registry, settings.metrics_port)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -17,8 +17,9 @@ Invariants (``spec/context-layer.md``, "Source failure"):
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from contextcore.errors import ContextcoreError
@@ -26,6 +27,8 @@ from contextcore.models import ContextBrief, ContextItem, ContextPolicy, Context
 from contextcore.models import ContextSourceSpec as Spec
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
+
+log = logging.getLogger("contextcore.builder")
 
 
 class RequiredContextSourceError(ContextcoreError):
@@ -55,7 +58,10 @@ class DefaultContextBuilder:
         packer: ContextPacker,
         *,
         source_timeout_s: float = 1.0,
+        on_source_failure: Callable[[str, str, bool], None] | None = None,
     ) -> None:
+        """``on_source_failure(name, reason, required)`` is told of every failed read (metrics,
+        logs); the brief only names the source, the reason goes to the operator."""
         if (
             isinstance(source_timeout_s, bool)
             or not isinstance(source_timeout_s, int | float)
@@ -68,6 +74,7 @@ class DefaultContextBuilder:
         self.registry = registry
         self.packer = packer
         self.source_timeout_s = float(source_timeout_s)
+        self.on_source_failure = on_source_failure or _log_failure
 
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
         enabled = [spec for spec in policy.sources if spec.enabled]
@@ -89,6 +96,7 @@ class DefaultContextBuilder:
                 raise result  # a read cancelled from outside the builder: no brief
             if isinstance(result, BaseException):
                 reason = _reason(result)
+                self.on_source_failure(spec.name, reason, spec.required)
                 if spec.required:
                     required.append((spec.name, reason))
                 else:
@@ -112,6 +120,12 @@ class DefaultContextBuilder:
             if item.source != spec.name:
                 raise SourceFailure(f"returned an item of source {item.source!r}")
         return list(items)
+
+
+def _log_failure(name: str, reason: str, required: bool) -> None:
+    log.warning(
+        "%s context source %s failed: %s", "required" if required else "optional", name, reason
+    )
 
 
 def _reason(error: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -78,3 +79,11 @@ async def read_json(
     finally:
         await consumer.stop()
     return records
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (for a metrics endpoint or a spare stack)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

@@ -5,12 +5,19 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import urllib.request
 
 import pytest
 
 from contextcore.settings import Settings, dead_letter_topic
 from tests.integration.conftest import StartConsumer
-from tests.integration.helpers import assigned_reader, producer, read_json, request_message
+from tests.integration.helpers import (
+    assigned_reader,
+    free_port,
+    producer,
+    read_json,
+    request_message,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -144,7 +151,10 @@ async def test_source_failures_reach_the_reply_through_kafka(
     brief, a required one fails the request with every failed required source named."""
     bootstrap = kafka_settings.require_bootstrap_servers()
     reply_topic = f"{kafka_settings.reply_topic_prefix}.failures"
-    await start_consumer(kafka_settings.model_copy(update={"source_timeout_s": 1e-6}))
+    settings = kafka_settings.model_copy(
+        update={"source_timeout_s": 1e-6, "metrics_port": free_port()}
+    )
+    await start_consumer(settings)
     optional = request_message(
         "corr-optional",
         reply_topic,
@@ -189,3 +199,7 @@ async def test_source_failures_reach_the_reply_through_kafka(
     assert second["correlation_id"] == "corr-required"
     assert second["error"]["code"] == "required_source_failed"
     assert second["error"]["details"] == ["dossier: timed out", "run_history: timed out"]
+    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+    assert 'contextcore_source_failures_total{required="false",source="dossier"} 1.0' in body
+    assert 'contextcore_source_failures_total{required="true",source="run_history"} 1.0' in body

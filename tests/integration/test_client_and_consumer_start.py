@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import urllib.request
 import uuid
@@ -14,6 +13,7 @@ from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from contextcore.settings import Settings
 from producers.client import BuildFailed, ContextClient, ReplyTimeout
 from tests.integration.conftest import StartConsumer, settings_env
+from tests.integration.helpers import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -25,13 +25,6 @@ REQUEST = ContextRequest(
     entities=(),
 )
 POLICY = ContextPolicy(total_token_budget=100, sources=[])  # no source is registered yet
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 async def test_client_build_returns_the_brief_and_metrics_count_it(

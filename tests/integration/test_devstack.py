@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,15 +14,9 @@ import pytest
 
 from consumers.devstack import DevSettings, DevStack
 from consumers.topics import TopicSpec
+from tests.integration.helpers import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @pytest.fixture
@@ -31,10 +24,9 @@ async def stack() -> AsyncIterator[DevStack]:
     # Under /var/tmp: as root, the unprivileged postgres user must traverse to the data folder.
     with tempfile.TemporaryDirectory(dir="/var/tmp", prefix="cc-devstack-") as home:
         os.chmod(home, 0o755)
-        yield DevStack(DevSettings(home=Path(home), kafka_port=free_port(), pg_port=free_port()))
-        await asyncio.to_thread(
-            DevStack(DevSettings(home=Path(home), kafka_port=0, pg_port=0)).down
-        )
+        own = DevStack(DevSettings(home=Path(home), kafka_port=free_port(), pg_port=free_port()))
+        yield own
+        await asyncio.to_thread(own.down)  # whatever the test left running
 
 
 @pytest.mark.timeout(120)
