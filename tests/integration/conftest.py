@@ -18,6 +18,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 import asyncpg
 import pytest
@@ -157,6 +158,22 @@ def settings_env(settings: Settings) -> dict[str, str]:
     return env
 
 
+async def spawn_build_consumer(
+    settings: Settings, *, stderr: int | IO[bytes] = asyncio.subprocess.PIPE
+) -> asyncio.subprocess.Process:
+    """``contextcore serve build`` as its own process, configured by ``settings`` only."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "consumers.cli",
+        "serve",
+        "build",
+        env=settings_env(settings),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+    )
+
+
 class ConsumerProcess:
     """A real ``contextcore serve build`` process, as an operator would run it."""
 
@@ -193,16 +210,7 @@ async def start_consumer(tmp_path: Path) -> AsyncIterator[StartConsumer]:
     async def start(settings: Settings, *, ready: bool = True) -> ConsumerProcess:
         log_path = tmp_path / f"consumer-{len(started)}.log"
         with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "consumers.cli",
-                "serve",
-                "build",
-                env=settings_env(settings),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-            )
+            process = await spawn_build_consumer(settings, stderr=log)
         handle = ConsumerProcess(process, log_path)
         started.append(handle)
         if ready:

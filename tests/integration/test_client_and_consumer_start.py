@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import urllib.request
 import uuid
 
@@ -12,7 +11,7 @@ import pytest
 from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from contextcore.settings import Settings
 from producers.client import BuildFailed, ContextClient, ReplyTimeout
-from tests.integration.conftest import StartConsumer, settings_env
+from tests.integration.conftest import StartConsumer, spawn_build_consumer
 from tests.integration.helpers import free_port
 
 pytestmark = pytest.mark.integration
@@ -69,16 +68,7 @@ async def test_client_times_out_when_nobody_answers(kafka_settings: Settings) ->
 
 
 async def run_serve(settings: Settings) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "consumers.cli",
-        "serve",
-        "build",
-        env=settings_env(settings),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await spawn_build_consumer(settings)
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, err.decode()
