@@ -251,10 +251,12 @@ class DevStack:
         if user is not None:
             shutil.chown(self.pg_data.parent, user)
             shutil.chown(self.pg_socket_dir, user)
-        # Nothing answers on our port, so a lock file left by a killed server (whose PID may
-        # now belong to another process) is stale: PostgreSQL would refuse to start over it.
-        (self.pg_data / "postmaster.pid").unlink(missing_ok=True)
-        (self.pg_socket_dir / f".s.PGSQL.{port}.lock").unlink(missing_ok=True)
+        # A killed server leaves lock files naming its PID. Where init does not reap orphans
+        # (this VM's does not), that PID stays a zombie and PostgreSQL takes it for a live
+        # server and refuses to start. A lock whose process is gone or a zombie holds nothing.
+        for lock in (self.pg_data / "postmaster.pid", self.pg_socket_dir / f".s.PGSQL.{port}.lock"):
+            if _stale_lock(lock):
+                lock.unlink()
         if not (self.pg_data / "PG_VERSION").exists():
             shutil.rmtree(self.pg_data, ignore_errors=True)
             self._pg(
@@ -331,6 +333,26 @@ class DevStack:
     def status(self) -> tuple[bool, bool]:
         broker = self._broker_pid() is not None and _port_open(self.settings.kafka_port)
         return broker, self._pg_running()
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (exited, not yet reaped) does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _stale_lock(lock: Path) -> bool:
+    """A PostgreSQL lock file whose first line names a process that no longer runs."""
+    try:
+        pid = int(lock.read_text().split()[0])
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, IndexError):
+        return True  # empty or torn: written by a server that died while starting
+    return not _process_alive(pid)
 
 
 def _port_open(port: int) -> bool:
