@@ -114,12 +114,12 @@ class DevStack:
     # ---------------------------------------------------------------- broker
 
     def _broker_pid(self) -> int | None:
+        """Our broker's PID while it runs (a zombie left by a kill does not count)."""
         try:
             pid = int(self.broker_pid_file.read_text().strip())
-            os.kill(pid, 0)
         except (OSError, ValueError):
             return None
-        return pid
+        return pid if _process_alive(pid) else None
 
     def _start_broker(self) -> bool:
         """Start Tansu unless one of ours already runs; ``True`` when it was started now."""
