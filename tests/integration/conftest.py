@@ -110,6 +110,14 @@ async def database_url(services: Services, template_database: str) -> AsyncItera
 
 
 @pytest.fixture
+async def second_database_url(services: Services, template_database: str) -> AsyncIterator[str]:
+    """Another fully migrated database (a stand-in read replica with rows of its own)."""
+    name = await _new_database(services, template_database)
+    yield _with_database(services.database_url, name)
+    await _drop_database(services, name)
+
+
+@pytest.fixture
 async def empty_database_url(services: Services) -> AsyncIterator[str]:
     """A fresh database with no migration applied."""
     name = await _new_database(services, None)

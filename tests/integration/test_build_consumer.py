@@ -6,10 +6,13 @@ import asyncio
 import json
 import signal
 import urllib.request
+import uuid
 
+import asyncpg
 import pytest
 
 from contextcore.settings import Settings, dead_letter_topic
+from tests.integration import seed
 from tests.integration.conftest import StartConsumer
 from tests.integration.helpers import (
     assigned_reader,
@@ -203,3 +206,43 @@ async def test_source_failures_reach_the_reply_through_kafka(
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert 'contextcore_source_failures_total{required="false",source="dossier"} 1.0' in body
     assert 'contextcore_source_failures_total{required="true",source="run_history"} 1.0' in body
+
+
+async def test_sources_read_the_replica_when_one_is_configured(
+    kafka_settings: Settings, start_consumer: StartConsumer, second_database_url: str
+) -> None:
+    """CONTEXTCORE_DATABASE_READ_URL: every source read goes there (the schema check and the
+    dossier listener stay on the primary). The stand-in replica holds a row the primary lacks."""
+    bootstrap = kafka_settings.require_bootstrap_servers()
+    reply_topic = f"{kafka_settings.reply_topic_prefix}.replica"
+    org, company = uuid.uuid4(), uuid.uuid4()
+    replica = await asyncpg.connect(second_database_url)
+    try:
+        await seed.insert(replica, "organizations", id=org, name="Org")
+        await seed.insert(
+            replica, "crm_companies", organization_id=org, id=company, name="Only on the replica"
+        )
+    finally:
+        await replica.close()
+    await start_consumer(
+        kafka_settings.model_copy(update={"database_read_url": second_database_url})
+    )
+    message = request_message(
+        "corr-replica",
+        reply_topic,
+        policy={
+            "total_token_budget": 200,
+            "sources": [{"name": "application", "token_budget": 200}],
+        },
+    )
+    message["request"]["subject"]["organization_id"] = str(org)
+    message["request"]["entities"] = [{"kind": "crm.company", "id": str(company)}]
+    send = await producer(bootstrap)
+    try:
+        await send.send_and_wait(kafka_settings.topic_build_request, json.dumps(message).encode())
+    finally:
+        await send.stop()
+
+    [reply] = await read_json(bootstrap, reply_topic, until=1)
+    assert reply["status"] == "ok"
+    assert f"[crm.company:{company}] name: Only on the replica" in reply["brief"]["text"]
