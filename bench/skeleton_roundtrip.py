@@ -62,14 +62,7 @@ async def round_trips(settings: Settings, count: int, fetch_max_wait_ms: int) ->
             "metrics_port": 0,
         }
     )
-    env = {
-        **os.environ,
-        **{
-            f"CONTEXTCORE_{k.upper()}": str(v)
-            for k, v in settings.model_dump().items()
-            if v is not None
-        },
-    }
+    env = {**os.environ, **settings.environ()}
     consumer = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

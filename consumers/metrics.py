@@ -6,13 +6,10 @@ can build several apps in one process) and serves it on ``CONTEXTCORE_METRICS_PO
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-
-log = logging.getLogger("contextcore.build")
 
 # A bucket at each latency target: 15 ms (p99 of a whole build), 50 ms, and the 1 s source timeout.
 _BUILD_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
@@ -65,12 +62,9 @@ class BuildMetrics:
 
 
 def count_source_failure(metrics: BuildMetrics) -> Callable[[str, str, bool], None]:
-    """A builder ``on_source_failure`` hook that logs the reason and counts the failure."""
+    """A builder ``on_source_failure`` hook that counts the failure (the builder logs it)."""
 
     def observe(name: str, reason: str, required: bool) -> None:
-        log.warning(
-            "%s context source %s failed: %s", "required" if required else "optional", name, reason
-        )
         metrics.source_failures.labels(source=name, required=str(required).lower()).inc()
 
     return observe

@@ -60,8 +60,8 @@ class DefaultContextBuilder:
         source_timeout_s: float = 1.0,
         on_source_failure: Callable[[str, str, bool], None] | None = None,
     ) -> None:
-        """``on_source_failure(name, reason, required)`` is told of every failed read (metrics,
-        logs); the brief only names the source, the reason goes to the operator."""
+        """Every failed read is logged with its reason (the brief only names the source);
+        ``on_source_failure(name, reason, required)`` is told of each one too (metrics)."""
         if (
             isinstance(source_timeout_s, bool)
             or not isinstance(source_timeout_s, int | float)
@@ -74,7 +74,7 @@ class DefaultContextBuilder:
         self.registry = registry
         self.packer = packer
         self.source_timeout_s = float(source_timeout_s)
-        self.on_source_failure = on_source_failure or _log_failure
+        self.on_source_failure = on_source_failure
 
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
         enabled = [spec for spec in policy.sources if spec.enabled]
@@ -96,7 +96,9 @@ class DefaultContextBuilder:
                 raise result  # a read cancelled from outside the builder: no brief
             if isinstance(result, BaseException):
                 reason = _reason(result)
-                self.on_source_failure(spec.name, reason, spec.required)
+                _log_failure(spec.name, reason, spec.required)
+                if self.on_source_failure is not None:
+                    self.on_source_failure(spec.name, reason, spec.required)
                 if spec.required:
                     required.append((spec.name, reason))
                 else:

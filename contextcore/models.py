@@ -154,10 +154,6 @@ class ContextBrief(BaseModel):
     dropped: dict[str, int]
     failed_sources: list[str]
 
-    @classmethod
-    def empty(cls) -> ContextBrief:
-        return cls(text="", items=[], tokens=0, per_source_tokens={}, dropped={}, failed_sources=[])
-
 
 def make_subject_key(ref: ResourceRef | None, attribute: str | None) -> str | None:
     """``<entity kind>:<entity id>:<attribute>``, or ``None`` when the ref or attribute is missing.

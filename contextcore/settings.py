@@ -45,6 +45,14 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=9464, ge=0, le=65535)
     """Port of the ``/metrics`` endpoint of a consumer; 0 turns it off."""
 
+    def environ(self) -> dict[str, str]:
+        """These settings as the ``CONTEXTCORE_*`` variables that configure a child process."""
+        return {
+            f"CONTEXTCORE_{name.upper()}": str(value)
+            for name, value in self.model_dump().items()
+            if value is not None
+        }
+
     def require_database_url(self) -> str:
         if not self.database_url:
             raise ConfigurationError(

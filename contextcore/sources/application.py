@@ -30,7 +30,7 @@ from contextcore.models import (
     ResourceRef,
     make_subject_key,
 )
-from contextcore.sources.common import NoOptions, as_text, chunks, parse_uuids
+from contextcore.sources.common import NoOptions, as_text, chunks, parse_uuid
 from contextcore.storage.tenancy import TenantDatabase, TenantQuery
 
 
@@ -216,9 +216,8 @@ class ApplicationContextSource:
         # a UUID can name no row; the resolved ref carries the row's canonical id.
         refs: dict[tuple[str, UUID], ResourceRef] = {}
         for ref in request.entities:
-            if ref.kind not in PROJECTIONS:
-                continue
-            for row_id in parse_uuids([ref.id]).values():
+            row_id = parse_uuid(ref.id) if ref.kind in PROJECTIONS else None
+            if row_id is not None:
                 canonical = ResourceRef(kind=ref.kind, id=str(row_id), label=ref.label)
                 refs.setdefault((ref.kind, row_id), canonical)
         if not refs:

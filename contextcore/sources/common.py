@@ -26,15 +26,12 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
-def parse_uuids(ids: Iterable[str]) -> dict[str, UUID]:
-    """``{id: UUID}`` for the ids that are UUIDs; any other id can name no row."""
-    parsed: dict[str, UUID] = {}
-    for raw in ids:
-        try:
-            parsed[raw] = UUID(raw)
-        except ValueError:
-            continue
-    return parsed
+def parse_uuid(raw: str) -> UUID | None:
+    """The UUID ``raw`` names, or ``None``: an id that is not a UUID can name no row."""
+    try:
+        return UUID(raw)
+    except ValueError:
+        return None
 
 
 def chunks(values: list[UUID], size: int = 100) -> Iterable[list[UUID]]:

@@ -159,11 +159,7 @@ async def kafka_settings(services: Services, database_url: str) -> Settings:
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ)
-    for name, value in settings.model_dump().items():
-        if value is not None:
-            env[f"CONTEXTCORE_{name.upper()}"] = str(value)
-    return env
+    return {**os.environ, **settings.environ()}
 
 
 async def spawn_build_consumer(
