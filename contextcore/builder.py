@@ -19,10 +19,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Protocol
 
-from contextcore.errors import ContextcoreError
+from contextcore.errors import RequiredContextSourceError
 from contextcore.models import ContextBrief, ContextItem, ContextPolicy, ContextRequest
 from contextcore.models import ContextSourceSpec as Spec
 from contextcore.packer import ContextPacker
@@ -30,15 +30,7 @@ from contextcore.registry import ContextSource, ContextSourceRegistry
 
 log = logging.getLogger("contextcore.builder")
 
-
-class RequiredContextSourceError(ContextcoreError):
-    """Required sources failed; the run must fail. ``sources`` keeps policy order."""
-
-    def __init__(self, sources: Sequence[str], reasons: Sequence[str]) -> None:
-        self.sources = list(sources)
-        self.reasons = list(reasons)
-        detail = "; ".join(f"{s}: {r}" for s, r in zip(self.sources, self.reasons, strict=True))
-        super().__init__(f"required context sources failed: {detail}")
+__all__ = ["ContextBuilder", "DefaultContextBuilder", "RequiredContextSourceError"]
 
 
 class ContextBuilder(Protocol):

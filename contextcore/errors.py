@@ -1,20 +1,28 @@
-"""The one exception root of contextcore.
+"""The one exception root of contextcore, and the one mapping from an error to an exit status.
 
     ContextcoreError
-    ├── ConfigurationError          a required setting is missing or malformed
-    ├── InfrastructureUnavailable   a broker or database cannot be reached
-    ├── SchemaError                 the database schema does not match the code's migrations
-    │   └── MigrationFileError      the migration files themselves are malformed
-    ├── PolicyError (ValueError)    a context policy fails admission (registry.py)
-    └── RequiredContextSourceError  a required source failed; the run must fail (builder.py)
+    ├── ConfigurationError          a required setting is missing or malformed           exit 2
+    ├── InfrastructureUnavailable   a broker or database cannot be reached               exit 2
+    ├── SchemaError                 the database schema does not match the migrations    exit 1
+    │   ├── MigrationFileError      the migration files themselves are malformed
+    │   └── MigrationFailed         PostgreSQL refused a migration
+    ├── PolicyError (ValueError)    a context policy fails admission                     exit 1
+    ├── RequiredContextSourceError  a required source failed; the run must fail          exit 1
+    └── ClientError                 a client call got no usable answer (producers/)      exit 2
+        ├── ReplyTimeout            no reply within the timeout
+        ├── DuplicateCorrelationId  that correlation id already awaits a reply here
+        └── RequestRefused          the service answered with an error reply             exit 1
+            └── BuildFailed         ... to a build request (producers/client.py)
 
-Every error carries a message that fits on one line: command-line entry points print
-``str(error)`` and exit non-zero instead of showing a traceback.
+Every error carries a message that fits on one line: each command-line entry point runs through
+:func:`run_command`, which prints ``<prog>: <message>`` (one line per problem of a
+``SchemaError``) and returns :func:`exit_code`. Never a traceback for an error we expect.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
 from pydantic import ValidationError
 
@@ -47,6 +55,52 @@ class MigrationFileError(SchemaError):
     """A migration file is misnamed, duplicated or out of order."""
 
 
+class MigrationFailed(SchemaError):
+    """PostgreSQL refused a migration; nothing of that migration was applied."""
+
+
+class PolicyError(ContextcoreError, ValueError):
+    """A policy fails admission. ``path`` names the field, e.g. ``sources[1].token_budget``."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}")
+
+
+class RequiredContextSourceError(ContextcoreError):
+    """Required sources failed; the run must fail. ``sources`` keeps policy order."""
+
+    def __init__(self, sources: Sequence[str], reasons: Sequence[str]) -> None:
+        self.sources = list(sources)
+        self.reasons = list(reasons)
+        detail = "; ".join(f"{s}: {r}" for s, r in zip(self.sources, self.reasons, strict=True))
+        super().__init__(f"required context sources failed: {detail}")
+
+
+class ClientError(ContextcoreError):
+    """A client call did not get the answer it asked for."""
+
+
+class ReplyTimeout(ClientError):
+    """No reply arrived in time; the request may still be answered later (and ignored)."""
+
+
+class DuplicateCorrelationId(ClientError):
+    """A request reused a correlation id that still awaits its reply in the same client: the
+    first caller would otherwise receive the second caller's answer."""
+
+
+class RequestRefused(ClientError):
+    """The service answered with an error reply: ``code`` is machine-readable."""
+
+    def __init__(self, code: str, message: str, details: Sequence[str] = ()) -> None:
+        self.code = code
+        self.details = list(details)
+        suffix = f" ({'; '.join(self.details)})" if self.details else ""
+        super().__init__(f"{code}: {message}{suffix}")
+
+
 def field_path(location: Sequence[int | str]) -> str:
     """A pydantic error location as a dotted path (``policy.sources.0.name``)."""
     return ".".join(str(part) for part in location)
@@ -55,3 +109,45 @@ def field_path(location: Sequence[int | str]) -> str:
 def validation_lines(error: ValidationError) -> list[str]:
     """One ``path: message`` line per problem, for replies and command-line errors."""
     return [f"{field_path(e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()]
+
+
+def exit_code(error: BaseException) -> int:
+    """1 when the input or the service said no; 2 when it could not be asked; 130 on Ctrl-C."""
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    if isinstance(error, ConfigurationError | InfrastructureUnavailable):
+        return 2
+    if isinstance(error, RequestRefused):
+        return 1
+    if isinstance(error, ClientError):
+        return 2
+    return 1
+
+
+def error_lines(error: BaseException) -> list[str]:
+    """What a command prints for ``error``: one line, or one per problem."""
+    if isinstance(error, SchemaError):
+        return list(error.problems)
+    if isinstance(error, ValidationError):
+        return [f"invalid input: {line}" for line in validation_lines(error)]
+    text = str(error).strip() or type(error).__name__
+    return [text.splitlines()[0]]
+
+
+def run_command(
+    prog: str, body: Callable[[], int], *, expected: tuple[type[BaseException], ...] = ()
+) -> int:
+    """Run a command's body and turn every expected error into lines on stderr and a status.
+
+    ``expected`` names further error types the command reports the same way (``OSError`` for a
+    file it reads, the database driver's error for a command that runs SQL).
+    """
+    reported: tuple[type[BaseException], ...] = (ContextcoreError, ValidationError, *expected)
+    try:
+        return body()
+    except KeyboardInterrupt:
+        return 130
+    except reported as error:
+        for line in error_lines(error):
+            print(f"{prog}: {line}", file=sys.stderr)
+        return exit_code(error)

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, get_args
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 MAX_CONTEXT_ITEM_LIMIT = 999
 """The ceiling of ``ContextSourceSpec.limit``: one read's row bound minus one.
@@ -53,14 +53,32 @@ assert len(CLASS_ORDER) == len(get_args(ContextKind))
 StrictBudget = Annotated[int, Field(ge=0, strict=True)]
 
 
+def _storable(text: str) -> str:
+    """Text PostgreSQL can hold and UTF-8 can encode: no NUL byte, no lone surrogate."""
+    if "\x00" in text:
+        raise ValueError("holds a NUL byte")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("holds a lone surrogate") from None
+    return text
+
+
+StorableText = Annotated[str, AfterValidator(_storable)]
+
+
 class ResourceRef(BaseModel):
-    """A row of the application: matching and dedupe use (kind, id), never the label."""
+    """A row of the application: matching and dedupe use (kind, id), never the label.
+
+    Every part is text a query parameter and a reply can carry: a ref holding a NUL byte or a
+    lone surrogate is malformed, and the message boundary drops it like any malformed ref.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: str
-    id: str
-    label: str | None = None
+    kind: StorableText
+    id: StorableText
+    label: StorableText | None = None
 
 
 class ContextSubject(BaseModel):

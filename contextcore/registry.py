@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from contextcore.errors import ContextcoreError, field_path
+from contextcore.errors import PolicyError, field_path
 from contextcore.models import (
     MAX_CONTEXT_ITEM_LIMIT,
     ContextItem,
@@ -63,17 +63,11 @@ class ContextSource(Protocol):
     ) -> list[ContextItem]: ...
 
 
-class PolicyError(ContextcoreError, ValueError):
-    """A policy fails admission. ``path`` names the field, e.g. ``sources[1].token_budget``."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        self.message = message
-        super().__init__(f"{path}: {message}")
-
-
 def _is_count(value: Any) -> bool:
     return type(value) is int and value >= 0
+
+
+__all__ = ["ContextSource", "ContextSourceRegistry", "PolicyError"]
 
 
 class ContextSourceRegistry:

@@ -1,5 +1,6 @@
 """Clients that publish requests to contextcore's topics and await the replies."""
 
-from producers.client import BuildFailed, ContextClient, ReplyTimeout
+from contextcore.errors import DuplicateCorrelationId, ReplyTimeout
+from producers.client import BuildFailed, ContextClient
 
-__all__ = ["BuildFailed", "ContextClient", "ReplyTimeout"]
+__all__ = ["BuildFailed", "ContextClient", "DuplicateCorrelationId", "ReplyTimeout"]

@@ -1,7 +1,8 @@
 """``contextcore-build REQUEST.json POLICY.json``: publish one build request, print the reply.
 
-Exit status: 0 with the brief as JSON on stdout; 1 with the error reply; 2 when the broker is
-unreachable or no reply came in time.
+Exit status (``contextcore.errors.exit_code``): 0 with the reply as JSON on stdout; 1 with an
+error reply, or input that is not a valid request; 2 when the broker is unreachable or no reply
+came in time.
 """
 
 from __future__ import annotations
@@ -12,16 +13,14 @@ import json
 import sys
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from contextcore.errors import ContextcoreError, validation_lines
-from contextcore.settings import Settings
-from producers.client import ContextClient, ReplyTimeout
+from broker.settings import KafkaSettings, TopicSettings
+from contextcore.errors import run_command
+from producers.client import ContextClient
 from schemas.build import BuildRequestV1, parse_build_request
 
 
 async def _send(envelope: BuildRequestV1, timeout: float) -> int:
-    async with ContextClient.from_settings(Settings()) as client:
+    async with ContextClient.from_settings(KafkaSettings(), TopicSettings()) as client:
         reply = await client.request(envelope.request, envelope.policy, timeout=timeout)
     print(reply.model_dump_json(indent=2))
     return 0 if reply.status == "ok" else 1
@@ -46,17 +45,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("policy", type=Path, help="a ContextPolicy as JSON")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait (10)")
     args = parser.parse_args(argv)
-    try:
-        return asyncio.run(_send(_read(args.request, args.policy), args.timeout))
-    except ValidationError as error:
-        print(f"contextcore-build: invalid input: {validation_lines(error)[0]}", file=sys.stderr)
-        return 1
-    except (OSError, ValueError) as error:
-        print(f"contextcore-build: {error}", file=sys.stderr)
-        return 1
-    except (ReplyTimeout, ContextcoreError) as error:
-        print(f"contextcore-build: {error}", file=sys.stderr)
-        return 2
+    return run_command(
+        "contextcore-build",
+        lambda: asyncio.run(_send(_read(args.request, args.policy), args.timeout)),
+        expected=(OSError, ValueError),
+    )
 
 
 if __name__ == "__main__":

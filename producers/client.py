@@ -4,7 +4,10 @@ Request/reply over Kafka without broker support: each client creates its own one
 topic (``<reply_topic_prefix>.<client id>``), reads it from the beginning, and deletes it on
 close. A fresh topic has no old records, so the client never depends on the broker's end offsets
 (which Tansu reports wrongly). Replies are matched by correlation id; a reply nobody waits for (a
-duplicate after a consumer restart, or a late one after a timeout) is ignored.
+duplicate after a consumer restart, or a late one after a timeout) is ignored. One correlation
+id has at most one waiter: a second request with an id still in flight is refused
+(:class:`~contextcore.errors.DuplicateCorrelationId`), since it would receive the first one's
+answer.
 """
 
 from __future__ import annotations
@@ -19,26 +22,28 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
-from consumers.topics import TopicSpec, delete_topics, ensure_topics
-from contextcore.errors import ContextcoreError, InfrastructureUnavailable
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import TopicSpec, delete_topics, ensure_topics
+from contextcore.errors import (
+    DuplicateCorrelationId,
+    InfrastructureUnavailable,
+    ReplyTimeout,
+    RequestRefused,
+)
 from contextcore.models import ContextBrief, ContextPolicy, ContextRequest
-from contextcore.settings import Settings
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 
 log = logging.getLogger("contextcore.client")
 
+__all__ = ["BuildFailed", "ContextClient", "DuplicateCorrelationId", "ReplyTimeout"]
 
-class BuildFailed(ContextcoreError):
-    """The service answered the request with an error reply."""
+
+class BuildFailed(RequestRefused):
+    """The service answered a build request with an error reply (``error`` holds it whole)."""
 
     def __init__(self, error: ErrorInfo) -> None:
         self.error = error
-        details = f" ({'; '.join(error.details)})" if error.details else ""
-        super().__init__(f"{error.code}: {error.message}{details}")
-
-
-class ReplyTimeout(ContextcoreError):
-    """No reply arrived in time; the request may still be answered later (and ignored)."""
+        super().__init__(error.code, error.message, error.details)
 
 
 class ContextClient:
@@ -65,13 +70,13 @@ class ContextClient:
         self._reader: asyncio.Task[None] | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> ContextClient:
+    def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> ContextClient:
         return cls(
-            bootstrap_servers=settings.require_bootstrap_servers(),
-            request_topic=settings.topic_build_request,
-            reply_topic_prefix=settings.reply_topic_prefix,
-            fetch_max_wait_ms=settings.kafka_fetch_max_wait_ms,
-            connect_timeout_s=settings.kafka_connect_timeout_s,
+            bootstrap_servers=kafka.require_bootstrap_servers(),
+            request_topic=topics.build_request,
+            reply_topic_prefix=topics.reply_prefix,
+            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            connect_timeout_s=kafka.connect_timeout_s,
         )
 
     async def __aenter__(self) -> ContextClient:
@@ -152,7 +157,12 @@ class ContextClient:
         timeout: float = 10.0,
         correlation_id: str | None = None,
     ) -> BuildReplyV1:
-        """Publish one request and return its reply, brief or error, as the service sent it."""
+        """Publish one request and return its reply, brief or error, as the service sent it.
+
+        Raises:
+            DuplicateCorrelationId: ``correlation_id`` already awaits a reply in this client.
+            ReplyTimeout: no reply within ``timeout`` seconds.
+        """
         if self._producer is None:
             raise RuntimeError("ContextClient.start() was not called")
         envelope = BuildRequestV1(
@@ -161,6 +171,11 @@ class ContextClient:
             request=request,
             policy=policy,
         )
+        if envelope.correlation_id in self._pending:
+            raise DuplicateCorrelationId(
+                f"correlation id {envelope.correlation_id!r} already awaits a reply in this "
+                "client; use one id per request in flight"
+            )
         future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
         self._pending[envelope.correlation_id] = future
         try:
@@ -178,15 +193,21 @@ class ContextClient:
             self._pending.pop(envelope.correlation_id, None)
 
     async def build(
-        self, request: ContextRequest, policy: ContextPolicy, *, timeout: float = 10.0
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        timeout: float = 10.0,
+        correlation_id: str | None = None,
     ) -> ContextBrief:
         """The brief for ``request`` under ``policy``.
 
         Raises:
             BuildFailed: the service answered with an error (invalid request, policy, …).
             ReplyTimeout: no reply within ``timeout`` seconds.
+            DuplicateCorrelationId: ``correlation_id`` already awaits a reply in this client.
         """
-        reply = await self.request(request, policy, timeout=timeout)
+        reply = await self.request(request, policy, timeout=timeout, correlation_id=correlation_id)
         if reply.status == "error":
             assert reply.error is not None
             raise BuildFailed(reply.error)

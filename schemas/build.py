@@ -14,25 +14,14 @@ counted, valid refs reach ``ContextRequest.entities``, and the rest of the reque
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
+from schemas.envelope import Envelope
 
 SCHEMA_VERSION = 1
-
-KAFKA_TOPIC_PATTERN = r"^[A-Za-z0-9._-]{1,249}$"
-
-
-def _not_dot_names(name: str) -> str:
-    if name in {".", ".."}:
-        raise ValueError("'.' and '..' are not Kafka topic names")
-    return name
-
-
-TopicName = Annotated[str, Field(pattern=KAFKA_TOPIC_PATTERN), AfterValidator(_not_dot_names)]
-CorrelationId = Annotated[str, Field(min_length=1, max_length=200)]
 
 ErrorCode = Literal[
     "invalid_request",  # the message is not a valid request of a known version
@@ -42,12 +31,10 @@ ErrorCode = Literal[
 ]
 
 
-class BuildRequestV1(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class BuildRequestV1(Envelope):
+    """A request for one brief; the reply goes to ``reply_to`` with ``correlation_id``."""
 
     schema_version: Literal[1] = 1
-    correlation_id: CorrelationId
-    reply_to: TopicName
     request: ContextRequest
     policy: ContextPolicy
     resumed_after_wait: bool = False
@@ -92,21 +79,6 @@ class BuildReplyV1(BaseModel):
         return cls(correlation_id=correlation_id, status="error", error=error)
 
 
-class DeadLetterV1(BaseModel):
-    """What lands on ``<topic>.dlt``: enough to find, read and replay the original record."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    schema_version: Literal[1] = 1
-    topic: str
-    partition: int
-    offset: int
-    reason: str
-    consumer_group: str
-    payload: str
-    """The original value, decoded as UTF-8 with replacement characters where it was not."""
-
-
 def split_entities(raw: Any) -> tuple[list[ResourceRef], int]:
     """Valid refs of a raw ``entities`` value, and the count of dropped malformed entries."""
     if not isinstance(raw, list):
@@ -135,20 +107,3 @@ def parse_build_request(data: Any) -> tuple[BuildRequestV1, int]:
             request["entities"] = [entity.model_dump() for entity in entities]
         data = {**data, "request": request}
     return BuildRequestV1.model_validate(data), dropped
-
-
-def reply_address(data: Any) -> tuple[str, str] | None:
-    """``(reply_to, correlation_id)`` of a message that failed validation, when both are usable."""
-    if not isinstance(data, dict):
-        return None
-    reply_to, correlation_id = data.get("reply_to"), data.get("correlation_id")
-    try:
-        address = _ReplyAddress(reply_to=reply_to, correlation_id=correlation_id)
-    except ValidationError:
-        return None
-    return address.reply_to, address.correlation_id
-
-
-class _ReplyAddress(BaseModel):
-    reply_to: TopicName
-    correlation_id: CorrelationId

@@ -3,7 +3,8 @@
 * It resolves ``request.entities`` only; it never searches ``request.query``.
 * Refs are deduplicated by (kind, id), keeping the first occurrence (and its label); refs of an
   unsupported kind, or whose id cannot name a row, are dropped.
-* One query per supported kind (per 100 ids), through the tenancy layer; request order is
+* One query per supported kind, whatever the number of its refs (an array parameter;
+  CLARIFICATIONS 14), through the tenancy layer; request order is
   restored afterwards. A ref that does not resolve for the subject (another tenant's, deleted,
   missing) yields nothing.
 * Each non-null projected field becomes one item whose ``subject_key`` is
@@ -30,7 +31,7 @@ from contextcore.models import (
     ResourceRef,
     make_subject_key,
 )
-from contextcore.sources.common import NoOptions, as_text, chunks, parse_uuid
+from contextcore.sources.common import NoOptions, as_text, parse_uuid
 from contextcore.storage.tenancy import TenantDatabase, TenantQuery
 
 
@@ -227,10 +228,9 @@ class ApplicationContextSource:
             wanted.setdefault(kind, []).append(row_id)
         rows: dict[tuple[str, UUID], Record] = {}
         async with self.database.scoped(request.subject.organization_id) as tenant:
-            for kind, ids in wanted.items():  # one query per kind (per 100 ids)
-                for batch in chunks(ids):
-                    for record in await tenant.fetch(PROJECTIONS[kind].query, batch):
-                        rows[(kind, record["id"])] = record
+            for kind, ids in wanted.items():  # one query per kind, every id in one array
+                for record in await tenant.fetch(PROJECTIONS[kind].query, ids):
+                    rows[(kind, record["id"])] = record
         items: list[ContextItem] = []
         for key, ref in refs.items():  # request order, then projection order
             if (row := rows.get(key)) is None:

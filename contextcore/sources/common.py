@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
@@ -32,9 +31,3 @@ def parse_uuid(raw: str) -> UUID | None:
         return UUID(raw)
     except ValueError:
         return None
-
-
-def chunks(values: list[UUID], size: int = 100) -> Iterable[list[UUID]]:
-    """Batches of ``size``: no source bounds its ref count, and one read must stay bounded."""
-    for start in range(0, len(values), size):
-        yield values[start : start + size]

@@ -1,5 +1,8 @@
 """``conversation``: the summary and the recent messages of ``request.conversation_id``.
 
+A conversation that has a ``user_id`` belongs to that person: it is read only when the
+subject's user is that user. One without a user belongs to the organization.
+
 Newest message first (CLARIFICATIONS 1): a tight budget cuts the oldest messages, never the
 newest reply. ``rank_in_section`` makes the kept messages render oldest to newest, after the
 summary, which also spends first. Items carry no subject key: what the person said never wins
@@ -20,9 +23,10 @@ DEFAULT_MESSAGES = 20
 SUMMARY = TenantQuery(
     "conversation.summary",
     """
--- conversation.summary: the conversation of this tenant, if it exists
+-- conversation.summary: the conversation of this tenant, if it exists and is the subject's to
+-- read: the organization's (no user), or this user's own
 SELECT id, summary, summary_updated_at FROM conversations
-WHERE organization_id = $1 AND id = $2
+WHERE organization_id = $1 AND id = $2 AND (user_id IS NULL OR user_id = $3)
 """,
 )
 
@@ -51,8 +55,8 @@ class ConversationContextSource:
             return []
         limit = DEFAULT_MESSAGES if spec.limit is None else spec.limit
         async with self.database.scoped(request.subject.organization_id) as tenant:
-            conversation = await tenant.fetchrow(SUMMARY, conversation_id)
-            if conversation is None:
+            conversation = await tenant.fetchrow(SUMMARY, conversation_id, request.subject.user_id)
+            if conversation is None:  # missing, another tenant's, or another person's
                 return []
             messages = await tenant.fetch(RECENT, conversation_id, limit)
         ref = ResourceRef(kind="conversation", id=str(conversation_id))

@@ -1,7 +1,12 @@
-"""``contextcore-schema init | verify``: apply or check the migrations.
+"""``contextcore-schema init | verify | provision``: the schema commands.
 
-Both need ``CONTEXTCORE_DATABASE_URL``; a missing or unreachable database prints one line and
-exits 2. ``verify`` exits 1 with one line per problem and never writes.
+* ``init`` applies pending migrations as the schema owner (``CONTEXTCORE_DATABASE_OWNER_URL``).
+* ``verify`` is read-only and checks the owner's view of the schema against the code.
+* ``provision`` creates the roles and the database (``contextcore/storage/provision.py``) as an
+  administrator (``CONTEXTCORE_DATABASE_ADMIN_URL``), for the owner and runtime URLs.
+
+Exit status (``contextcore.errors.exit_code``): 0; 1 with one line per problem when the schema
+does not match or PostgreSQL refuses; 2 when a setting is missing or the database unreachable.
 """
 
 from __future__ import annotations
@@ -10,16 +15,25 @@ import argparse
 import asyncio
 import sys
 
-from contextcore.errors import ContextcoreError, SchemaError
-from contextcore.settings import Settings
+import asyncpg
+
+from contextcore.errors import run_command
+from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect
+from contextcore.storage.provision import provision
 
 
-async def _run(command: str, settings: Settings) -> int:
-    conn = await connect(
-        settings.require_database_url(), timeout_s=settings.database_connect_timeout_s
-    )
+async def _run(command: str, settings: DatabaseSettings) -> int:
+    if command == "provision":
+        created = await provision(
+            settings.require_admin_url(),
+            owner_url=settings.require_owner_url(),
+            runtime_url=settings.require_url(),
+        )
+        print("\n".join(created) or "roles and database are in place; nothing to create")
+        return 0
+    conn = await connect(settings.require_owner_url(), timeout_s=settings.connect_timeout_s)
     try:
         if command == "init":
             done = await migrations.apply_pending(conn)
@@ -28,12 +42,7 @@ async def _run(command: str, settings: Settings) -> int:
             if not done:
                 print("schema is up to date; nothing to apply")
             return 0
-        try:
-            await migrations.verify(conn)
-        except SchemaError as error:
-            for problem in error.problems:
-                print(problem, file=sys.stderr)
-            return 1
+        await migrations.verify(conn)
         print(f"schema matches the code ({len(migrations.load_migrations())} migrations)")
         return 0
     finally:
@@ -42,17 +51,13 @@ async def _run(command: str, settings: Settings) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="contextcore-schema", description=__doc__)
-    parser.add_argument("command", choices=["init", "verify"])
+    parser.add_argument("command", choices=["init", "verify", "provision"])
     args = parser.parse_args(argv)
-    try:
-        return asyncio.run(_run(args.command, Settings()))
-    except SchemaError as error:
-        for problem in error.problems:
-            print(f"contextcore-schema: {problem}", file=sys.stderr)
-        return 1
-    except ContextcoreError as error:
-        print(f"contextcore-schema: {error}", file=sys.stderr)
-        return 2
+    return run_command(
+        "contextcore-schema",
+        lambda: asyncio.run(_run(args.command, DatabaseSettings())),
+        expected=(asyncpg.PostgresError,),
+    )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import asyncpg
 
-from contextcore.errors import MigrationFileError, SchemaError
+from contextcore.errors import MigrationFailed, MigrationFileError, SchemaError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _FILE_NAME = re.compile(r"^(?P<version>\d{5})_(?P<name>[a-z0-9_]+)\.sql$")
@@ -118,14 +118,28 @@ def problems_of(migrations: list[Migration], applied: dict[int, tuple[str, str]]
     return problems
 
 
-async def verify(conn: asyncpg.Connection, migrations: list[Migration] | None = None) -> None:
+async def verify(
+    conn: asyncpg.Connection,
+    migrations: list[Migration] | None = None,
+    *,
+    role: str | None = None,
+) -> None:
     """Read-only check that the database holds exactly the code's migrations.
+
+    A service passes ``role`` (the service role): its login holds no privilege of its own, so
+    the check reads the ledger as that role, in a read-only transaction.
 
     Raises:
         SchemaError: with one problem per pending, unknown or tampered migration.
     """
     migrations = load_migrations() if migrations is None else migrations
-    problems = problems_of(migrations, await applied_migrations(conn))
+    if role is None:
+        applied = await applied_migrations(conn)
+    else:
+        async with conn.transaction(readonly=True):
+            await conn.execute("SELECT set_config('role', $1, true)", role)
+            applied = await applied_migrations(conn)
+    problems = problems_of(migrations, applied)
     if problems:
         raise SchemaError(problems)
 
@@ -149,18 +163,24 @@ async def apply_pending(
         for migration in migrations:
             if migration.version in applied:
                 continue
-            if migration.transactional:
-                async with conn.transaction():
-                    await conn.execute(migration.sql)
-                    await conn.execute(
-                        _RECORD_SQL, migration.version, migration.name, migration.checksum
-                    )
-            else:
-                await conn.execute(migration.sql)
-                await conn.execute(
-                    _RECORD_SQL, migration.version, migration.name, migration.checksum
-                )
+            try:
+                await _apply(conn, migration)
+            except asyncpg.PostgresError as error:
+                reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+                raise MigrationFailed(
+                    [f"migration {migration.label} failed and was not applied: {reason}"]
+                ) from error
             done.append(migration)
         return done
     finally:
         await conn.execute("SELECT pg_advisory_unlock($1)", _LOCK_KEY)
+
+
+async def _apply(conn: asyncpg.Connection, migration: Migration) -> None:
+    if migration.transactional:
+        async with conn.transaction():
+            await conn.execute(migration.sql)
+            await conn.execute(_RECORD_SQL, migration.version, migration.name, migration.checksum)
+    else:
+        await conn.execute(migration.sql)
+        await conn.execute(_RECORD_SQL, migration.version, migration.name, migration.checksum)

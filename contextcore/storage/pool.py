@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import asyncpg
 
@@ -16,6 +16,11 @@ def redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return parts._replace(netloc=netloc).geturl()
+
+
+def with_database(url: str, database: str) -> str:
+    """``url`` naming another database on the same server, as the same login."""
+    return urlsplit(url)._replace(path="/" + quote(database)).geturl()
 
 
 def _unreachable(url: str, error: BaseException) -> InfrastructureUnavailable:

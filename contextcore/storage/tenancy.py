@@ -1,15 +1,23 @@
-"""The tenancy layer: the one door through which every organization-scoped read goes.
+"""The tenancy layer: the one door through which every organization-scoped read and write goes.
 
-``TenantDatabase.scoped(organization_id)`` opens a read-only transaction that
+``TenantDatabase.scoped(organization_id)`` (read-only) and ``TenantDatabase.writing(scope)``
+(read-write) each open one transaction that
 
-1. switches to the service role (``SET LOCAL ROLE contextcore_app``, through ``set_config``),
-   which owns no table, so row-level security applies to every read;
-2. sets ``contextcore.organization_id`` for the transaction, the key of every RLS policy;
-3. hands out a :class:`TenantConnection` whose queries receive the organization id as ``$1``.
-   A :class:`TenantQuery` must filter by ``$1``; a query that forgot to would still see only
-   this tenant's rows, because of (1) and (2).
+1. becomes the service role (``SET LOCAL ROLE contextcore_app``, through ``set_config``), which
+   owns no table, so row-level security applies to every statement;
+2. names the scope for the transaction: ``contextcore.organization_id``, or
+   ``contextcore.platform = 'on'`` for the platform's own rows (a null organization). These
+   settings are the key of every RLS policy;
+3. hands out a :class:`TenantConnection` whose queries receive the organization id (``None`` in
+   the platform scope) as ``$1``. A :class:`TenantQuery` must use ``$1``; a query that forgot
+   to filter by it still sees only this scope's rows, because of (1) and (2).
 
-There is no way to call it without an organization id: the id is a required ``UUID``.
+There is no way to open a scope without naming it: an organization is a required ``UUID``, and
+the platform is the explicit :data:`PLATFORM` value, never a default.
+
+The limit of the second line of defence (docs/tenancy.md): the scope settings are ordinary
+settings. SQL that an attacker could inject into this transaction could change them; RLS
+catches a forgotten filter, not injected SQL. No query here interpolates input.
 """
 
 from __future__ import annotations
@@ -18,7 +26,7 @@ import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 import asyncpg
@@ -28,15 +36,30 @@ from contextcore.errors import InfrastructureUnavailable
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 SERVICE_ROLE = "contextcore_app"
 
-# Enter a tenant scope: become the service role and name the organization, for this transaction.
+# Enter a scope: become the service role and name the organization or the platform, for this
+# transaction only (is_local = true).
 _ENTER_SCOPE = """
-SELECT set_config('role', $1, true), set_config('contextcore.organization_id', $2, true)
+SELECT set_config('role', $1, true),
+       set_config('contextcore.organization_id', $2, true),
+       set_config('contextcore.platform', $3, true)
 """
+
+
+class Platform:
+    """The platform's own scope: rows whose organization is null (shared documents)."""
+
+    def __repr__(self) -> str:
+        return "PLATFORM"
+
+
+PLATFORM: Final = Platform()
+
+Scope = UUID | Platform
 
 
 @dataclass(frozen=True)
 class TenantQuery:
-    """A named, commented SQL read. ``$1`` is always the organization id.
+    """A named, commented SQL statement. ``$1`` is always the organization id.
 
     Raises:
         ValueError: the SQL does not use ``$1`` (it could not be filtering by the tenant).
@@ -50,14 +73,16 @@ class TenantQuery:
             raise ValueError(f"tenant query {self.name!r} does not filter by $1 (the organization)")
 
 
-class TenantConnection:
-    """A connection bound to one organization for one transaction."""
+Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 
-    def __init__(
-        self, conn: asyncpg.Connection | asyncpg.pool.PoolConnectionProxy, organization_id: UUID
-    ) -> None:
+
+class TenantConnection:
+    """A connection bound to one scope for one transaction."""
+
+    def __init__(self, conn: Connection, organization_id: UUID | None) -> None:
         self._conn = conn
         self.organization_id = organization_id
+        """The scope's organization; ``None`` in the platform scope."""
 
     async def fetch(self, query: TenantQuery, *args: Any) -> list[asyncpg.Record]:
         return list(await self._conn.fetch(query.sql, self.organization_id, *args))
@@ -65,9 +90,15 @@ class TenantConnection:
     async def fetchrow(self, query: TenantQuery, *args: Any) -> asyncpg.Record | None:
         return await self._conn.fetchrow(query.sql, self.organization_id, *args)
 
+    async def fetchval(self, query: TenantQuery, *args: Any) -> Any:
+        return await self._conn.fetchval(query.sql, self.organization_id, *args)
+
+    async def execute(self, query: TenantQuery, *args: Any) -> str:
+        return await self._conn.execute(query.sql, self.organization_id, *args)
+
 
 class TenantDatabase:
-    """Scoped, read-only access to a pool (the primary, or a read replica)."""
+    """Scoped access to a pool (the primary, or a read replica for ``scoped`` reads)."""
 
     def __init__(self, pool: asyncpg.Pool | None, *, role: str = SERVICE_ROLE) -> None:
         """``pool`` may be ``None`` where sources are only declared (``contextcore policy
@@ -79,12 +110,38 @@ class TenantDatabase:
 
     @asynccontextmanager
     async def scoped(self, organization_id: UUID) -> AsyncIterator[TenantConnection]:
+        """A read-only transaction in one organization's scope."""
         if not isinstance(organization_id, UUID):
             raise TypeError("a tenant scope needs the organization id as a UUID")
+        async with self._transaction(organization_id, readonly=True) as tenant:
+            yield tenant
+
+    @asynccontextmanager
+    async def writing(self, scope: Scope) -> AsyncIterator[TenantConnection]:
+        """A read-write transaction in one organization's scope, or in the platform's.
+
+        The effect of a message and its ledger claim (:mod:`contextcore.storage.ledger`) go
+        into one such transaction, so they commit or roll back together.
+        """
+        if not isinstance(scope, UUID | Platform):
+            raise TypeError("a write scope is an organization id (UUID) or PLATFORM")
+        async with self._transaction(scope, readonly=False) as tenant:
+            yield tenant
+
+    @asynccontextmanager
+    async def _transaction(
+        self, scope: Scope, *, readonly: bool
+    ) -> AsyncIterator[TenantConnection]:
         if self.pool is None:
             raise InfrastructureUnavailable("this process has no database pool")
-        async with self.pool.acquire() as conn, conn.transaction(readonly=True):
+        organization = scope if isinstance(scope, UUID) else None
+        async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
             # One round trip: set_config('role', …, true) is SET LOCAL ROLE, with the same
-            # membership check; both settings end with the transaction.
-            await conn.execute(_ENTER_SCOPE, self.role, str(organization_id))
-            yield TenantConnection(conn, organization_id)
+            # membership check; every setting ends with the transaction.
+            await conn.execute(
+                _ENTER_SCOPE,
+                self.role,
+                "" if organization is None else str(organization),
+                "on" if organization is None else "",
+            )
+            yield TenantConnection(conn, organization)

@@ -1,33 +1,45 @@
 """Real services for the integration tier: the Tansu broker and PostgreSQL 18 + pgvector.
 
-When ``CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS`` and ``CONTEXTCORE_DATABASE_URL`` are both set, the
-tests use those services; otherwise the session starts the embedded stack (``DevStack``), and
-stops it at the end if it started it. Nothing here is mocked.
+When ``CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS`` and ``CONTEXTCORE_DATABASE_ADMIN_URL`` (a superuser
+of a pgvector PostgreSQL) are both set, the tests use those services; otherwise the session
+starts the embedded stack (``DevStack``), and stops it at the end if it started it. Nothing here
+is mocked.
 
-Isolation: each test gets its own topics and consumer group (``kafka_settings``) and its own
-database cloned from a migrated template (``database_url``).
+Credentials as in production (docs/tenancy.md): the session provisions a schema owner and a
+runtime login of its own; migrations run as the owner, services and the tenancy layer as the
+runtime login, and rows are seeded by the administrator (the application that owns them).
+
+Isolation: each test gets its own topics and consumer group (``config``) and its own database
+cloned from a migrated template.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+import secrets
 import signal
 import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+from urllib.parse import quote, urlsplit
 
 import asyncpg
 import pytest
 
-from consumers.devstack import DevStack
-from consumers.topics import all_topics, build_topics, ensure_topics
-from contextcore.settings import Settings
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import all_topics, build_topics, ensure_topics
+from consumers.build.settings import BuildSettings
+from contextcore.settings import DatabaseSettings, environ
 from contextcore.storage import migrations
+from contextcore.storage.pool import with_database
+from contextcore.storage.provision import Login, provision_database, provision_roles
 from contextcore.storage.tenancy import TenantDatabase
+from devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 
@@ -35,144 +47,219 @@ pytestmark = pytest.mark.integration
 @dataclass(frozen=True)
 class Services:
     bootstrap_servers: str
-    database_url: str  # the maintenance database; tests get their own (database_url fixture)
+    admin_url: str  # a superuser, on the maintenance database
+
+
+@dataclass(frozen=True)
+class Roles:
+    owner: Login
+    runtime: Login
+
+
+@dataclass(frozen=True)
+class Database:
+    """One test database and the three ways in."""
+
+    name: str
+    admin_url: str  # superuser: seeding and catalog checks
+    owner_url: str  # the schema owner: migrations
+    url: str  # the runtime login: what services use
+
+
+def login_url(admin_url: str, login: Login, database: str) -> str:
+    """A URL of the administrator's server for ``login`` on ``database``."""
+    parts = urlsplit(admin_url)
+    host = parts.hostname or "127.0.0.1"
+    port = f":{parts.port}" if parts.port else ""
+    secret = f":{quote(login.password, safe='')}" if login.password else ""
+    netloc = f"{quote(login.user, safe='')}{secret}@{host}{port}"
+    return parts._replace(netloc=netloc, path="/" + quote(database)).geturl()
 
 
 @pytest.fixture(scope="session")
 async def services() -> AsyncIterator[Services]:
     bootstrap = os.environ.get("CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS")
-    database = os.environ.get("CONTEXTCORE_DATABASE_URL")
+    admin = os.environ.get("CONTEXTCORE_DATABASE_ADMIN_URL")
     stack: DevStack | None = None
-    if not (bootstrap and database):
+    if not (bootstrap and admin):
         stack = DevStack()
-        report = await stack.up(all_topics(Settings()))
-        bootstrap, database = report.addresses.bootstrap_servers, report.addresses.database_url
+        report = await stack.up(all_topics(TopicSettings()))
+        bootstrap, admin = report.addresses.bootstrap_servers, report.addresses.admin_url
         if not (report.broker_started or report.postgres_started):
             stack = None  # somebody else's stack: leave it running
-    yield Services(bootstrap, database)
+    yield Services(bootstrap, admin)
     if stack is not None and not os.environ.get("CONTEXTCORE_DEV_KEEP"):
         await asyncio.to_thread(stack.down)
 
 
-def _with_database(url: str, name: str) -> str:
-    base, _, _ = url.rpartition("/")
-    return f"{base}/{name}"
+@pytest.fixture(scope="session")
+async def roles(services: Services) -> Roles:
+    """This session's owner and runtime login (roles are cluster-wide; passwords are new)."""
+    owner = Login("cc_test_owner", secrets.token_urlsafe(12), "")
+    runtime = Login("cc_test_runtime", secrets.token_urlsafe(12), "")
+    conn = await asyncpg.connect(services.admin_url)
+    try:
+        await provision_roles(conn, owner=owner, runtime=runtime)
+    finally:
+        await conn.close()
+    return Roles(owner, runtime)
+
+
+async def _admin_execute(services: Services, sql: str) -> None:
+    conn = await asyncpg.connect(services.admin_url)
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+async def _database(
+    services: Services, roles: Roles, name: str, *, template: str | None = None
+) -> Database:
+    if template is not None:
+        await _admin_execute(
+            services, f'CREATE DATABASE "{name}" TEMPLATE "{template}" OWNER "{roles.owner.user}"'
+        )
+    await provision_database(services.admin_url, name, owner=roles.owner.user)
+    return Database(
+        name=name,
+        admin_url=with_database(services.admin_url, name),
+        owner_url=login_url(services.admin_url, roles.owner, name),
+        url=login_url(services.admin_url, roles.runtime, name),
+    )
+
+
+async def _drop(services: Services, name: str) -> None:
+    await _admin_execute(services, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture(scope="session")
-async def template_database(services: Services) -> AsyncIterator[str]:
-    """A database with every migration applied; each test clones it."""
+async def template_database(services: Services, roles: Roles) -> AsyncIterator[str]:
+    """A database with every migration applied by the owner; each test clones it."""
     name = f"cc_template_{os.getpid()}"
-    conn = await asyncpg.connect(services.database_url)
+    await _drop(services, name)
+    database = await _database(services, roles, name)
+    conn = await asyncpg.connect(database.owner_url)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        await conn.execute(f'CREATE DATABASE "{name}"')
+        await migrations.apply_pending(conn)
     finally:
         await conn.close()
-    migrated = await asyncpg.connect(_with_database(services.database_url, name))
-    try:
-        await migrations.apply_pending(migrated)
-    finally:
-        await migrated.close()
     yield name
-    conn = await asyncpg.connect(services.database_url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
-
-
-async def _new_database(services: Services, template: str | None) -> str:
-    name = f"cc_test_{uuid.uuid4().hex[:16]}"
-    conn = await asyncpg.connect(services.database_url)
-    try:
-        source = f' TEMPLATE "{template}"' if template else ""
-        await conn.execute(f'CREATE DATABASE "{name}"{source}')
-    finally:
-        await conn.close()
-    return name
-
-
-async def _drop_database(services: Services, name: str) -> None:
-    conn = await asyncpg.connect(services.database_url)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()
+    await _drop(services, name)
 
 
 @pytest.fixture
-async def database_url(services: Services, template_database: str) -> AsyncIterator[str]:
+async def database(
+    services: Services, roles: Roles, template_database: str
+) -> AsyncIterator[Database]:
     """A fresh, fully migrated database of this test's own."""
-    name = await _new_database(services, template_database)
-    yield _with_database(services.database_url, name)
-    await _drop_database(services, name)
+    name = f"cc_test_{uuid.uuid4().hex[:16]}"
+    yield await _database(services, roles, name, template=template_database)
+    await _drop(services, name)
 
 
 @pytest.fixture
-async def second_database_url(services: Services, template_database: str) -> AsyncIterator[str]:
+async def database_url(database: Database) -> str:
+    """This test's database as the runtime login."""
+    return database.url
+
+
+@pytest.fixture
+async def second_database(
+    services: Services, roles: Roles, template_database: str
+) -> AsyncIterator[Database]:
     """Another fully migrated database (a stand-in read replica with rows of its own)."""
-    name = await _new_database(services, template_database)
-    yield _with_database(services.database_url, name)
-    await _drop_database(services, name)
+    name = f"cc_test_{uuid.uuid4().hex[:16]}"
+    yield await _database(services, roles, name, template=template_database)
+    await _drop(services, name)
 
 
 @pytest.fixture
-async def empty_database_url(services: Services) -> AsyncIterator[str]:
-    """A fresh database with no migration applied."""
-    name = await _new_database(services, None)
-    yield _with_database(services.database_url, name)
-    await _drop_database(services, name)
+async def empty_database(services: Services, roles: Roles) -> AsyncIterator[Database]:
+    """A provisioned database (owner, pgvector) with no migration applied."""
+    name = f"cc_test_{uuid.uuid4().hex[:16]}"
+    yield await _database(services, roles, name)
+    await _drop(services, name)
 
 
 @pytest.fixture
-async def owner(database_url: str) -> AsyncIterator[asyncpg.Connection]:
-    """A connection as the table owner: how an admin or a sync job writes rows."""
-    conn = await asyncpg.connect(database_url)
+async def admin(database: Database) -> AsyncIterator[asyncpg.Connection]:
+    """A superuser connection to this test's database: how the application writes its rows."""
+    conn = await asyncpg.connect(database.admin_url)
     yield conn
     await conn.close()
 
 
 @pytest.fixture
-async def tenant_db(database_url: str) -> AsyncIterator[TenantDatabase]:
-    """The tenancy layer over a small pool of this test's database."""
-    pool = await asyncpg.create_pool(database_url, min_size=1, max_size=3)
+async def tenant_db(database: Database) -> AsyncIterator[TenantDatabase]:
+    """The tenancy layer over a small pool of the runtime login."""
+    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=3)
     assert pool is not None
     yield TenantDatabase(pool)
     await pool.close()
 
 
+@dataclass(frozen=True)
+class Config:
+    """Everything a consumer process of this test reads from its environment."""
+
+    kafka: KafkaSettings
+    topics: TopicSettings
+    build: BuildSettings
+    database: DatabaseSettings
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka.require_bootstrap_servers()
+
+    @property
+    def request_topic(self) -> str:
+        return self.topics.build_request
+
+    def reply_topic(self, name: str) -> str:
+        return f"{self.topics.reply_prefix}.{name}"
+
+    def with_(self, section: str, **changes: Any) -> Config:
+        """A copy with ``changes`` to one settings group (``kafka``, ``build``, …)."""
+        group = getattr(self, section).model_copy(update=changes)
+        return dataclasses.replace(self, **{section: group})
+
+    def environ(self) -> dict[str, str]:
+        """The child's environment: ours without any CONTEXTCORE_* setting, then these."""
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
+        return {**inherited, **environ(self.kafka, self.topics, self.build, self.database)}
+
+
 @pytest.fixture
-async def kafka_settings(services: Services, database_url: str) -> Settings:
-    """Settings naming this test's own topics, group and database."""
+async def config(services: Services, database: Database) -> Config:
+    """Settings naming this test's own topics, group and database (as the runtime login)."""
     tag = uuid.uuid4().hex[:12]
-    settings = Settings(
-        kafka_bootstrap_servers=services.bootstrap_servers,
-        database_url=database_url,
-        topic_build_request=f"test.{tag}.build-request",
-        build_group_id=f"test-{tag}-build",
-        reply_topic_prefix=f"test.{tag}.reply",
-        metrics_port=0,
+    config = Config(
+        # model_construct: the defaults and these values, never this process's environment
+        kafka=KafkaSettings.model_construct(bootstrap_servers=services.bootstrap_servers),
+        topics=TopicSettings.model_construct(
+            build_request=f"test.{tag}.build-request",
+            build_request_partitions=4,
+            reply_prefix=f"test.{tag}.reply",
+        ),
+        build=BuildSettings.model_construct(group_id=f"test-{tag}-build", metrics_port=0),
+        database=DatabaseSettings.model_construct(url=database.url),
     )
-    await ensure_topics(services.bootstrap_servers, build_topics(settings))
-    return settings
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    return {**os.environ, **settings.environ()}
+    await ensure_topics(services.bootstrap_servers, build_topics(config.topics))
+    return config
 
 
 async def spawn_build_consumer(
-    settings: Settings, *, stderr: int | IO[bytes] = asyncio.subprocess.PIPE
+    config: Config, *, stderr: int | IO[bytes] = asyncio.subprocess.PIPE
 ) -> asyncio.subprocess.Process:
-    """``contextcore serve build`` as its own process, configured by ``settings`` only."""
+    """``contextcore serve build`` as its own process, configured by ``config`` only."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "consumers.cli",
         "serve",
         "build",
-        env=settings_env(settings),
+        env=config.environ(),
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
     )
@@ -198,6 +285,9 @@ class ConsumerProcess:
                 if line.startswith(b"build consumer ready"):
                     return
 
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
     async def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.process.returncode is None:
             self.process.send_signal(sig)
@@ -211,10 +301,10 @@ StartConsumer = Callable[..., Awaitable[ConsumerProcess]]
 async def start_consumer(tmp_path: Path) -> AsyncIterator[StartConsumer]:
     started: list[ConsumerProcess] = []
 
-    async def start(settings: Settings, *, ready: bool = True) -> ConsumerProcess:
+    async def start(config: Config, *, ready: bool = True) -> ConsumerProcess:
         log_path = tmp_path / f"consumer-{len(started)}.log"
         with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
-            process = await spawn_build_consumer(settings, stderr=log)
+            process = await spawn_build_consumer(config, stderr=log)
         handle = ConsumerProcess(process, log_path)
         started.append(handle)
         if ready:

@@ -9,7 +9,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from consumers.topics import TopicSpec, ensure_topics
+from broker.topics import TopicSpec, ensure_topics
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
 

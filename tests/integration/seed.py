@@ -1,4 +1,4 @@
-"""Rows for the source tests, written as the table owner (as an admin or a sync job would)."""
+"""Rows for the source tests, written by the administrator, as the application that owns them."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ import uuid
 import asyncpg
 import pytest
 
-from contextcore.settings import Settings, dead_letter_topic
+from broker.topics import dead_letter_topic
 from tests.integration import seed
-from tests.integration.conftest import StartConsumer
+from tests.integration.conftest import Config, Database, StartConsumer
 from tests.integration.helpers import (
     assigned_reader,
     free_port,
@@ -26,17 +26,17 @@ pytestmark = pytest.mark.integration
 
 
 async def test_plain_aiokafka_request_gets_its_reply_on_the_named_topic(
-    kafka_settings: Settings, start_consumer: StartConsumer
+    config: Config, start_consumer: StartConsumer
 ) -> None:
-    bootstrap = kafka_settings.require_bootstrap_servers()
-    reply_topic = f"{kafka_settings.reply_topic_prefix}.plain"
-    await start_consumer(kafka_settings)
+    bootstrap = config.bootstrap
+    reply_topic = config.reply_topic("plain")
+    await start_consumer(config)
     send = await producer(bootstrap)
     try:
         entities = [{"kind": "crm.company", "id": "c1"}, {"kind": 7}, "not a ref"]
         message = request_message("corr-plain-1", reply_topic)
         message["request"]["entities"] = entities
-        await send.send_and_wait(kafka_settings.topic_build_request, json.dumps(message).encode())
+        await send.send_and_wait(config.request_topic, json.dumps(message).encode())
     finally:
         await send.stop()
 
@@ -55,12 +55,12 @@ async def test_plain_aiokafka_request_gets_its_reply_on_the_named_topic(
 
 
 async def test_malformed_json_is_dead_lettered_and_the_next_request_is_answered(
-    kafka_settings: Settings, start_consumer: StartConsumer
+    config: Config, start_consumer: StartConsumer
 ) -> None:
-    bootstrap = kafka_settings.require_bootstrap_servers()
-    topic = kafka_settings.topic_build_request
-    reply_topic = f"{kafka_settings.reply_topic_prefix}.dlt"
-    await start_consumer(kafka_settings)
+    bootstrap = config.bootstrap
+    topic = config.request_topic
+    reply_topic = config.reply_topic("dlt")
+    await start_consumer(config)
     send = await producer(bootstrap)
     try:
         # One partition (key) for both, so the valid request queues behind the poison one.
@@ -78,22 +78,22 @@ async def test_malformed_json_is_dead_lettered_and_the_next_request_is_answered(
     )
     assert letter["reason"].startswith("not JSON")
     assert letter["payload"] == '{"correlation_id": "x", oops'
-    assert letter["consumer_group"] == kafka_settings.build_group_id
+    assert letter["consumer_group"] == config.build.group_id
     [reply] = await read_json(bootstrap, reply_topic, until=1)
     assert (reply["correlation_id"], reply["status"]) == ("corr-after-poison", "ok")
 
 
 async def test_invalid_request_with_a_readable_address_gets_an_error_reply(
-    kafka_settings: Settings, start_consumer: StartConsumer
+    config: Config, start_consumer: StartConsumer
 ) -> None:
-    bootstrap = kafka_settings.require_bootstrap_servers()
-    reply_topic = f"{kafka_settings.reply_topic_prefix}.invalid"
-    await start_consumer(kafka_settings)
+    bootstrap = config.bootstrap
+    reply_topic = config.reply_topic("invalid")
+    await start_consumer(config)
     message = request_message("corr-invalid", reply_topic)
     message["policy"]["total_token_budget"] = "500"  # strict: a string is refused, not coerced
     send = await producer(bootstrap)
     try:
-        await send.send_and_wait(kafka_settings.topic_build_request, json.dumps(message).encode())
+        await send.send_and_wait(config.request_topic, json.dumps(message).encode())
     finally:
         await send.stop()
 
@@ -107,17 +107,17 @@ async def test_invalid_request_with_a_readable_address_gets_an_error_reply(
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 async def test_restarting_the_consumer_mid_stream_loses_no_request(
-    kafka_settings: Settings, start_consumer: StartConsumer, crash: int
+    config: Config, start_consumer: StartConsumer, crash: int
 ) -> None:
-    bootstrap = kafka_settings.require_bootstrap_servers()
-    reply_topic = f"{kafka_settings.reply_topic_prefix}.restart"
+    bootstrap = config.bootstrap
+    reply_topic = config.reply_topic("restart")
     expected = {f"corr-{i}" for i in range(300)}
     send = await producer(bootstrap)
     try:
         for correlation_id in sorted(expected):
             message = request_message(correlation_id, reply_topic)
             await send.send(
-                kafka_settings.topic_build_request,
+                config.request_topic,
                 json.dumps(message).encode(),
                 key=correlation_id.encode(),
             )
@@ -126,7 +126,7 @@ async def test_restarting_the_consumer_mid_stream_loses_no_request(
         await send.stop()
 
     reader = await assigned_reader(bootstrap, reply_topic)
-    first = await start_consumer(kafka_settings)
+    first = await start_consumer(config)
     seen: list[str] = []
     restarted = False
     try:
@@ -138,7 +138,7 @@ async def test_restarting_the_consumer_mid_stream_loses_no_request(
                 if not restarted and len(seen) >= 30:
                     await first.stop(crash)  # mid-stream: replies sent, more still queued
                     restarted = True
-                    await start_consumer(kafka_settings)
+                    await start_consumer(config)
     finally:
         await reader.stop()
 
@@ -148,15 +148,13 @@ async def test_restarting_the_consumer_mid_stream_loses_no_request(
 
 
 async def test_source_failures_reach_the_reply_through_kafka(
-    kafka_settings: Settings, start_consumer: StartConsumer
+    config: Config, start_consumer: StartConsumer
 ) -> None:
     """A timeout far below a real read makes every source fail: optional ones are named in the
     brief, a required one fails the request with every failed required source named."""
-    bootstrap = kafka_settings.require_bootstrap_servers()
-    reply_topic = f"{kafka_settings.reply_topic_prefix}.failures"
-    settings = kafka_settings.model_copy(
-        update={"source_timeout_s": 1e-6, "metrics_port": free_port()}
-    )
+    bootstrap = config.bootstrap
+    reply_topic = config.reply_topic("failures")
+    settings = config.with_("build", source_timeout_s=1e-6, metrics_port=free_port())
     await start_consumer(settings)
     optional = request_message(
         "corr-optional",
@@ -187,14 +185,16 @@ async def test_source_failures_reach_the_reply_through_kafka(
     try:
         for message in (optional, required):
             await send.send_and_wait(
-                kafka_settings.topic_build_request,
+                config.request_topic,
                 json.dumps(message).encode(),
                 key=b"same-partition",
             )
     finally:
         await send.stop()
 
-    first, second = await read_json(bootstrap, reply_topic, until=2)
+    replies = await read_json(bootstrap, reply_topic, until=2)
+    # many records are in flight at once: replies come in the order the builds finish
+    first, second = sorted(replies, key=lambda reply: reply["correlation_id"] != "corr-optional")
     assert first["correlation_id"] == "corr-optional"
     assert first["status"] == "ok"
     assert first["brief"]["failed_sources"] == ["dossier", "definition_summary"]
@@ -202,21 +202,21 @@ async def test_source_failures_reach_the_reply_through_kafka(
     assert second["correlation_id"] == "corr-required"
     assert second["error"]["code"] == "required_source_failed"
     assert second["error"]["details"] == ["dossier: timed out", "run_history: timed out"]
-    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
+    url = f"http://127.0.0.1:{settings.build.metrics_port}/metrics"
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert 'contextcore_source_failures_total{required="false",source="dossier"} 1.0' in body
     assert 'contextcore_source_failures_total{required="true",source="run_history"} 1.0' in body
 
 
 async def test_sources_read_the_replica_when_one_is_configured(
-    kafka_settings: Settings, start_consumer: StartConsumer, second_database_url: str
+    config: Config, start_consumer: StartConsumer, second_database: Database
 ) -> None:
     """CONTEXTCORE_DATABASE_READ_URL: every source read goes there (the schema check and the
     dossier listener stay on the primary). The stand-in replica holds a row the primary lacks."""
-    bootstrap = kafka_settings.require_bootstrap_servers()
-    reply_topic = f"{kafka_settings.reply_topic_prefix}.replica"
+    bootstrap = config.bootstrap
+    reply_topic = config.reply_topic("replica")
     org, company = uuid.uuid4(), uuid.uuid4()
-    replica = await asyncpg.connect(second_database_url)
+    replica = await asyncpg.connect(second_database.admin_url)
     try:
         await seed.insert(replica, "organizations", id=org, name="Org")
         await seed.insert(
@@ -224,9 +224,7 @@ async def test_sources_read_the_replica_when_one_is_configured(
         )
     finally:
         await replica.close()
-    await start_consumer(
-        kafka_settings.model_copy(update={"database_read_url": second_database_url})
-    )
+    await start_consumer(config.with_("database", read_url=second_database.url))
     message = request_message(
         "corr-replica",
         reply_topic,
@@ -239,7 +237,7 @@ async def test_sources_read_the_replica_when_one_is_configured(
     message["request"]["entities"] = [{"kind": "crm.company", "id": str(company)}]
     send = await producer(bootstrap)
     try:
-        await send.send_and_wait(kafka_settings.topic_build_request, json.dumps(message).encode())
+        await send.send_and_wait(config.request_topic, json.dumps(message).encode())
     finally:
         await send.stop()
 

@@ -9,9 +9,8 @@ import uuid
 import pytest
 
 from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
-from contextcore.settings import Settings
 from producers.client import BuildFailed, ContextClient, ReplyTimeout
-from tests.integration.conftest import StartConsumer, spawn_build_consumer
+from tests.integration.conftest import Config, Database, StartConsumer, spawn_build_consumer
 from tests.integration.helpers import free_port
 
 pytestmark = pytest.mark.integration
@@ -27,11 +26,11 @@ POLICY = ContextPolicy(total_token_budget=100, sources=[])  # no source is regis
 
 
 async def test_client_build_returns_the_brief_and_metrics_count_it(
-    kafka_settings: Settings, start_consumer: StartConsumer
+    config: Config, start_consumer: StartConsumer
 ) -> None:
-    settings = kafka_settings.model_copy(update={"metrics_port": free_port()})
+    settings = config.with_("build", metrics_port=free_port())
     await start_consumer(settings)
-    async with ContextClient.from_settings(settings) as client:
+    async with ContextClient.from_settings(settings.kafka, settings.topics) as client:
         brief = await client.build(REQUEST, POLICY, timeout=30)
         replies = await asyncio.gather(
             *(client.request(REQUEST, POLICY, timeout=30) for _ in range(20))
@@ -41,17 +40,21 @@ async def test_client_build_returns_the_brief_and_metrics_count_it(
     assert {r.status for r in replies} == {"ok"}
     assert len({r.correlation_id for r in replies}) == 20
 
-    url = f"http://127.0.0.1:{settings.metrics_port}/metrics"
+    url = f"http://127.0.0.1:{settings.build.metrics_port}/metrics"
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert 'contextcore_build_requests_total{outcome="ok"} 21.0' in body
-    assert "contextcore_build_duration_seconds_bucket" in body
+    assert (
+        'contextcore_consumer_stage_seconds_bucket{consumer="build",le="0.005",stage="build"}'
+        in body
+    )
+    assert 'contextcore_consumer_records_total{consumer="build",outcome="reply"} 21.0' in body
 
 
 async def test_client_raises_build_failed_on_an_error_reply(
-    kafka_settings: Settings, start_consumer: StartConsumer
+    config: Config, start_consumer: StartConsumer
 ) -> None:
-    await start_consumer(kafka_settings)
-    async with ContextClient.from_settings(kafka_settings) as client:
+    await start_consumer(config)
+    async with ContextClient.from_settings(config.kafka, config.topics) as client:
         # The model refuses a duplicated page kind, so build a raw envelope the way a foreign
         # producer would: through the client's own publish path with a tampered policy.
         policy = POLICY.model_copy(update={"page_order": ["memory", "memory"]})
@@ -61,13 +64,13 @@ async def test_client_raises_build_failed_on_an_error_reply(
     assert any("page_order" in line for line in raised.value.error.details)
 
 
-async def test_client_times_out_when_nobody_answers(kafka_settings: Settings) -> None:
-    async with ContextClient.from_settings(kafka_settings) as client:
+async def test_client_times_out_when_nobody_answers(config: Config) -> None:
+    async with ContextClient.from_settings(config.kafka, config.topics) as client:
         with pytest.raises(ReplyTimeout, match=r"no reply to \w+ within 0.5 s"):
             await client.build(REQUEST, POLICY, timeout=0.5)
 
 
-async def run_serve(settings: Settings) -> tuple[int, str]:
+async def run_serve(settings: Config) -> tuple[int, str]:
     process = await spawn_build_consumer(settings)
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
@@ -75,33 +78,31 @@ async def run_serve(settings: Settings) -> tuple[int, str]:
 
 
 async def test_consumer_refuses_to_serve_an_unmigrated_database(
-    kafka_settings: Settings, empty_database_url: str
+    config: Config, empty_database: Database
 ) -> None:
-    code, err = await run_serve(
-        kafka_settings.model_copy(update={"database_url": empty_database_url})
-    )
+    code, err = await run_serve(config.with_("database", url=empty_database.url))
     assert code == 1
     assert "contextcore: refusing to serve: migration 00001_foundation is pending" in err
     assert "Traceback" not in err
 
 
 async def test_consumer_with_an_unreachable_broker_exits_with_one_line(
-    kafka_settings: Settings,
+    config: Config,
 ) -> None:
-    settings = kafka_settings.model_copy(
-        update={"kafka_bootstrap_servers": f"127.0.0.1:{free_port()}", "kafka_connect_timeout_s": 2}
+    settings = config.with_(
+        "kafka", bootstrap_servers=f"127.0.0.1:{free_port()}", connect_timeout_s=2
     )
     code, err = await run_serve(settings)
     assert code == 2
     [line] = err.strip().splitlines()
     assert line.startswith(
-        f"contextcore: cannot reach the Kafka broker at {settings.kafka_bootstrap_servers}: "
+        f"contextcore: cannot reach the Kafka broker at {settings.kafka.bootstrap_servers}: "
     )
     assert "Traceback" not in err
 
 
-async def test_consumer_without_settings_exits_with_one_line(kafka_settings: Settings) -> None:
-    settings = kafka_settings.model_copy(update={"kafka_bootstrap_servers": None})
+async def test_consumer_without_settings_exits_with_one_line(config: Config) -> None:
+    settings = config.with_("kafka", bootstrap_servers=None)
     code, err = await run_serve(settings)
     assert code == 2
     assert err.strip().startswith("contextcore: CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is not set")

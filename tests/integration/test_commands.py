@@ -1,4 +1,4 @@
-"""The operator's commands end to end: ``contextcore demo`` and ``contextcore-build``."""
+"""The operator's commands end to end: ``contextcore-dev demo`` and ``contextcore-build``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from contextcore.settings import Settings
-from tests.integration.conftest import StartConsumer, settings_env
+from tests.integration.conftest import Config, Database, StartConsumer
 
 pytestmark = pytest.mark.integration
 
@@ -26,12 +25,15 @@ async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple
 
 @pytest.mark.timeout(180)
 async def test_demo_applies_the_schema_starts_the_consumer_and_prints_the_reply(
-    kafka_settings: Settings, empty_database_url: str
+    config: Config, empty_database: Database
 ) -> None:
-    settings = kafka_settings.model_copy(update={"database_url": empty_database_url})
-    code, out, err = await run(
-        sys.executable, "-m", "consumers.cli", "demo", env=settings_env(settings)
+    settings = config.with_(
+        "database",
+        url=empty_database.url,
+        owner_url=empty_database.owner_url,
+        admin_url=empty_database.admin_url,
     )
+    code, out, err = await run(sys.executable, "-m", "devstack.cli", "demo", env=settings.environ())
     assert code == 0, err
     assert "starting the embedded broker" not in out  # the addresses point elsewhere
     assert "applied 00001_foundation" in out
@@ -53,9 +55,9 @@ async def test_demo_applies_the_schema_starts_the_consumer_and_prints_the_reply(
 
 
 async def test_build_cli_publishes_json_files_and_prints_the_reply(
-    kafka_settings: Settings, start_consumer: StartConsumer, tmp_path: Path
+    config: Config, start_consumer: StartConsumer, tmp_path: Path
 ) -> None:
-    await start_consumer(kafka_settings)
+    await start_consumer(config)
     request = tmp_path / "request.json"
     request.write_text(
         json.dumps(
@@ -80,7 +82,7 @@ async def test_build_cli_publishes_json_files_and_prints_the_reply(
             }
         )
     )
-    env = settings_env(kafka_settings)
+    env = config.environ()
     code, out, err = await run(
         sys.executable, "-m", "producers.cli", str(request), str(policy), "--timeout", "60", env=env
     )

@@ -12,8 +12,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from consumers.devstack import DevSettings, DevStack
-from consumers.topics import TopicSpec
+from broker.topics import TopicSpec
+from devstack.stack import DevSettings, DevStack
 from tests.integration.helpers import free_port
 
 pytestmark = pytest.mark.integration
@@ -47,13 +47,23 @@ async def test_up_reuses_recovers_from_a_killed_postgres_and_stops(stack: DevSta
     os.kill(postmaster, signal.SIGKILL)
     recovered = await stack.up(topics)
     assert recovered.postgres_started
-    conn = await asyncpg.connect(recovered.addresses.database_url)
+    addresses = recovered.addresses
+    conn = await asyncpg.connect(addresses.database_url)
     try:
-        assert await conn.fetchval(
-            "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+        assert await conn.fetchval("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        login = await conn.fetchrow(
+            "SELECT rolname, rolsuper, rolinherit FROM pg_roles WHERE rolname = current_user"
         )
+        assert login is not None
+        assert tuple(login) == ("contextcore_runtime", False, False)
     finally:
         await conn.close()
+    # two credentials: every TCP login needs its password
+    port = stack.settings.pg_port
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(f"postgresql://postgres:wrong@127.0.0.1:{port}/postgres")
+    owner = await asyncpg.connect(addresses.owner_url)
+    await owner.close()
 
     assert await asyncio.to_thread(stack.down) == (True, True)
     assert stack.status() == (False, False)

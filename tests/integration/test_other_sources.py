@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from consumers.sources import process_registry
+from consumers.build.sources import process_registry
 from contextcore.models import (
     ContextPolicy,
     ContextRequest,
@@ -29,6 +29,7 @@ from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from contextcore.tokens import estimate_tokens
 from tests.integration import seed
+from tests.integration.conftest import Database
 
 pytestmark = pytest.mark.integration
 NOW = datetime.now(UTC)
@@ -52,9 +53,9 @@ def subject_request(org: uuid.UUID, **fields: Any) -> ContextRequest:
 # ---------------------------------------------------------------------------------- dossier
 
 
-async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int = 3) -> None:
+async def seed_dossier(admin: asyncpg.Connection, org: uuid.UUID, documents: int = 3) -> None:
     await seed.insert(
-        owner,
+        admin,
         "company_profiles",
         organization_id=org,
         company_name="Acme",
@@ -63,7 +64,7 @@ async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int
     )
     for position, name in enumerate(["Audits", "Support"]):
         await seed.insert(
-            owner,
+            admin,
             "dossier_services",
             organization_id=org,
             id=seed.new_id(),
@@ -71,7 +72,7 @@ async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int
             position=position,
         )
     await seed.insert(
-        owner,
+        admin,
         "ideal_customer_profiles",
         organization_id=org,
         id=seed.new_id(),
@@ -79,11 +80,11 @@ async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int
         criteria="200-2000 staff",
     )
     await seed.insert(
-        owner, "offers", organization_id=org, id=seed.new_id(), name="Pilot", price="5k"
+        admin, "offers", organization_id=org, id=seed.new_id(), name="Pilot", price="5k"
     )
     for i in range(documents):
         await seed.insert(
-            owner,
+            admin,
             "organization_documents",
             organization_id=org,
             id=seed.new_id(),
@@ -92,7 +93,7 @@ async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int
             created_at=NOW - timedelta(days=documents - i),
         )
     await seed.insert(
-        owner,
+        admin,
         "organization_documents",
         organization_id=org,
         id=seed.new_id(),
@@ -102,13 +103,13 @@ async def seed_dossier(owner: asyncpg.Connection, org: uuid.UUID, documents: int
 
 
 async def test_dossier_items_in_the_design_order(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    org = await seed.organization(owner)
-    await seed_dossier(owner, org)
+    org = await seed.organization(admin)
+    await seed_dossier(admin, org)
     user = seed.new_id()
     await seed.insert(
-        owner,
+        admin,
         "organization_members",
         organization_id=org,
         user_id=user,
@@ -147,12 +148,12 @@ async def test_dossier_items_in_the_design_order(
 
 
 async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase, database_url: str
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, database: Database
 ) -> None:
-    org = await seed.organization(owner)
-    await seed_dossier(owner, org, documents=0)
+    org = await seed.organization(admin)
+    await seed_dossier(admin, org, documents=0)
     cache: DossierCache[list[Fact]] = DossierCache()
-    invalidator = DossierInvalidator(cache, database_url)
+    invalidator = DossierInvalidator(cache, database.url)  # LISTEN as the runtime login
     await invalidator.start()
     try:
         source = DossierContextSource(tenant_db, cache)
@@ -163,12 +164,12 @@ async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
 
         assert await offers() == ["Offer: Pilot"]
         # A write with the notify trigger off proves the cache serves the cached part...
-        await owner.execute("ALTER TABLE offers DISABLE TRIGGER offers_notify_dossier")
-        await owner.execute("UPDATE offers SET name = 'Silent' WHERE organization_id = $1", org)
-        await owner.execute("ALTER TABLE offers ENABLE TRIGGER offers_notify_dossier")
+        await admin.execute("ALTER TABLE offers DISABLE TRIGGER offers_notify_dossier")
+        await admin.execute("UPDATE offers SET name = 'Silent' WHERE organization_id = $1", org)
+        await admin.execute("ALTER TABLE offers ENABLE TRIGGER offers_notify_dossier")
         assert await offers() == ["Offer: Pilot"]
         # ...and an ordinary write through another connection invalidates it for every process.
-        writer = await asyncpg.connect(database_url)
+        writer = await asyncpg.connect(database.admin_url)  # the application's own write
         try:
             await writer.execute("UPDATE offers SET name = 'Scale' WHERE organization_id = $1", org)
         finally:
@@ -182,10 +183,10 @@ async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
 
 
 async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase, database_url: str
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, database_url: str
 ) -> None:
-    org = await seed.organization(owner)
-    await seed_dossier(owner, org, documents=0)
+    org = await seed.organization(admin)
+    await seed_dossier(admin, org, documents=0)
     cache: DossierCache[list[Fact]] = DossierCache()
     invalidator = DossierInvalidator(cache, database_url, reconnect_delay_s=0.05)
     await invalidator.start()
@@ -193,7 +194,7 @@ async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
     try:
         await source.retrieve(subject_request(org), spec("dossier"))
         assert cache.get(org) is not None
-        killed = await owner.fetchval(
+        killed = await admin.fetchval(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE query LIKE 'LISTEN %contextcore_dossier%' AND pid <> pg_backend_pid()"
         )
@@ -206,7 +207,7 @@ async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
                 await asyncio.sleep(0.01)
         await source.retrieve(subject_request(org), spec("dossier"))
         assert cache.get(org) is not None
-        await owner.execute("UPDATE offers SET name = 'After' WHERE organization_id = $1", org)
+        await admin.execute("UPDATE offers SET name = 'After' WHERE organization_id = $1", org)
         async with asyncio.timeout(10):
             while cache.get(org) is not None:  # noqa: ASYNC110 - the listener runs elsewhere
                 await asyncio.sleep(0.01)
@@ -235,9 +236,9 @@ def test_dossier_cache_expires_and_refuses_a_read_older_than_an_invalidation() -
 
 
 async def test_definition_summaries_are_the_visible_published_ones_of_org_and_platform(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    org, other = await seed.organization(owner), await seed.organization(owner)
+    org, other = await seed.organization(admin), await seed.organization(admin)
     rows = [
         (org, "agent", "Researcher", "published", "listed"),
         (org, "skill", "Draft skill", "draft", "listed"),
@@ -247,7 +248,7 @@ async def test_definition_summaries_are_the_visible_published_ones_of_org_and_pl
     ]
     for organization_id, kind, name, status, visibility in rows:
         await seed.insert(
-            owner,
+            admin,
             "definitions",
             id=seed.new_id(),
             organization_id=organization_id,
@@ -273,16 +274,16 @@ async def test_definition_summaries_are_the_visible_published_ones_of_org_and_pl
 
 
 async def test_conversation_newest_first_rendered_oldest_first(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    org, other = await seed.organization(owner), await seed.organization(owner)
+    org, other = await seed.organization(admin), await seed.organization(admin)
     conversation = seed.new_id()
     await seed.insert(
-        owner, "conversations", organization_id=org, id=conversation, summary="They want a pilot"
+        admin, "conversations", organization_id=org, id=conversation, summary="They want a pilot"
     )
     for i, role in enumerate(["user", "assistant", "user"]):
         await seed.insert(
-            owner,
+            admin,
             "conversation_messages",
             organization_id=org,
             id=seed.new_id(),
@@ -331,25 +332,59 @@ async def test_conversation_newest_first_rendered_oldest_first(
     )
 
 
+async def test_a_personal_conversation_is_read_only_for_its_own_user(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """Issue 7, defect 7: a conversation with a user_id belongs to that person."""
+    org = await seed.organization(admin)
+    ada, grace = seed.new_id(), seed.new_id()
+    mine, shared = seed.new_id(), seed.new_id()
+    await seed.insert(
+        admin, "conversations", organization_id=org, id=mine, user_id=ada, summary="Ada's"
+    )
+    await seed.insert(admin, "conversations", organization_id=org, id=shared, summary="Team's")
+    for conversation in (mine, shared):
+        await seed.insert(
+            admin,
+            "conversation_messages",
+            organization_id=org,
+            id=seed.new_id(),
+            conversation_id=conversation,
+            role="user",
+            content="hello",
+        )
+    source = ConversationContextSource(tenant_db)
+
+    async def bodies(conversation: uuid.UUID, user: uuid.UUID | None) -> list[str]:
+        request = subject_request(org, conversation_id=conversation, user_id=user)
+        return [item.body for item in await source.retrieve(request, spec("conversation"))]
+
+    assert await bodies(mine, ada) == ["Ada's", "hello"]
+    assert await bodies(mine, grace) == []  # another member of the same organization
+    assert await bodies(mine, None) == []  # a trigger or a turn without a user
+    assert await bodies(shared, grace) == ["Team's", "hello"]  # no owner: the organization's
+    assert await bodies(shared, None) == ["Team's", "hello"]
+
+
 # ------------------------------------------------------------------------------ run history
 
 
-async def run(owner: asyncpg.Connection, org: uuid.UUID, **values: Any) -> uuid.UUID:
+async def run(admin: asyncpg.Connection, org: uuid.UUID, **values: Any) -> uuid.UUID:
     run_id: uuid.UUID = values.pop("id", seed.new_id())
     values.setdefault("status", "completed")
-    await seed.insert(owner, "runs", organization_id=org, id=run_id, **values)
+    await seed.insert(admin, "runs", organization_id=org, id=run_id, **values)
     return run_id
 
 
 async def test_run_history_filters_order_and_body(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    org, other = await seed.organization(owner), await seed.organization(owner)
+    org, other = await seed.organization(admin), await seed.organization(admin)
     user, someone, trigger = seed.new_id(), seed.new_id(), seed.new_id()
     deal = str(seed.new_id())
     long_id = "x" * 80
     mine = await run(
-        owner,
+        admin,
         org,
         user_id=user,
         created_at=NOW - timedelta(hours=1),
@@ -362,7 +397,7 @@ async def test_run_history_filters_order_and_body(
         ],
     )
     child = await run(
-        owner,
+        admin,
         org,
         user_id=someone,
         parent_run_id=mine,
@@ -372,17 +407,17 @@ async def test_run_history_filters_order_and_body(
         result_refs=[{"kind": "deal", "id": deal}],
     )
     by_trigger = await run(
-        owner,
+        admin,
         org,
         trigger_id=trigger,
         status="waiting",
         waiting_reason="needs approval",
         created_at=NOW - timedelta(hours=2),
     )
-    current = await run(owner, org, user_id=user, created_at=NOW)
-    await run(owner, org, user_id=user, created_at=NOW - timedelta(hours=30))  # outside 24 h
-    await run(owner, org, user_id=someone, created_at=NOW)  # another person, no entity
-    await run(owner, other, user_id=user, created_at=NOW)  # another tenant
+    current = await run(admin, org, user_id=user, created_at=NOW)
+    await run(admin, org, user_id=user, created_at=NOW - timedelta(hours=30))  # outside 24 h
+    await run(admin, org, user_id=someone, created_at=NOW)  # another person, no entity
+    await run(admin, other, user_id=user, created_at=NOW)  # another tenant
     source = RunHistoryContextSource(tenant_db)
     request = subject_request(
         org,
@@ -414,12 +449,12 @@ async def test_run_history_filters_order_and_body(
 
 
 async def test_run_history_default_limit_is_five(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    org = await seed.organization(owner)
+    org = await seed.organization(admin)
     user = seed.new_id()
     for i in range(8):
-        await run(owner, org, user_id=user, created_at=NOW - timedelta(minutes=i))
+        await run(admin, org, user_id=user, created_at=NOW - timedelta(minutes=i))
     items = await RunHistoryContextSource(tenant_db).retrieve(
         subject_request(org, user_id=user), spec("run_history")
     )

@@ -5,20 +5,22 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from datetime import timedelta
 
 import asyncpg
 import pytest
 
-from contextcore.storage import ledger, migrations
+from contextcore.storage import migrations
+from tests.integration.conftest import Database, Roles, Services, login_url
 
 pytestmark = pytest.mark.integration
 
 
-async def schema(command: str, database_url: str | None) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "CONTEXTCORE_DATABASE_URL"}
-    if database_url is not None:
-        env["CONTEXTCORE_DATABASE_URL"] = database_url
+async def schema(command: str, owner_url: str | None, **extra: str) -> tuple[int, str, str]:
+    """``contextcore-schema COMMAND`` with the owner's URL (and ``extra`` settings) only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
+    if owner_url is not None:
+        env["CONTEXTCORE_DATABASE_OWNER_URL"] = owner_url
+    env.update(extra)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -34,12 +36,15 @@ async def schema(command: str, database_url: str | None) -> tuple[int, str, str]
 
 
 async def test_init_applies_every_migration_once_and_verify_then_passes(
-    empty_database_url: str,
+    empty_database: Database,
 ) -> None:
+    empty_database_url = empty_database.owner_url
     code, out, err = await schema("verify", empty_database_url)
     assert code == 1
     labels = [m.label for m in migrations.load_migrations()]
-    assert err.splitlines() == [f"migration {label} is pending" for label in labels]
+    assert err.splitlines() == [
+        f"contextcore-schema: migration {label} is pending" for label in labels
+    ]
 
     code, out, _ = await schema("init", empty_database_url)
     assert code == 0
@@ -52,7 +57,8 @@ async def test_init_applies_every_migration_once_and_verify_then_passes(
     assert out.startswith("schema matches the code")
 
 
-async def test_verify_fails_on_a_tampered_checksum(database_url: str) -> None:
+async def test_verify_fails_on_a_tampered_checksum(database: Database) -> None:
+    database_url = database.owner_url
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute(
@@ -63,7 +69,7 @@ async def test_verify_fails_on_a_tampered_checksum(database_url: str) -> None:
     code, _, err = await schema("verify", database_url)
     assert code == 1
     assert err.splitlines() == [
-        "migration 00001_foundation was modified after it was applied "
+        "contextcore-schema: migration 00001_foundation was modified after it was applied "
         f"(recorded sha256 {'0' * 12}…, file {migrations.load_migrations()[0].checksum[:12]}…)"
     ]
     code, _, err = await schema("init", database_url)  # init refuses to build on a tampered past
@@ -71,7 +77,8 @@ async def test_verify_fails_on_a_tampered_checksum(database_url: str) -> None:
     assert "modified after it was applied" in err
 
 
-async def test_verify_fails_on_a_migration_unknown_to_the_code(database_url: str) -> None:
+async def test_verify_fails_on_a_migration_unknown_to_the_code(database: Database) -> None:
+    database_url = database.owner_url
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute(
@@ -85,21 +92,25 @@ async def test_verify_fails_on_a_migration_unknown_to_the_code(database_url: str
     assert "99999_from_the_future is applied but unknown to this code" in err
 
 
-async def test_verify_fails_on_a_pending_migration(database_url: str) -> None:
+async def test_verify_fails_on_a_pending_migration(database: Database) -> None:
+    database_url = database.owner_url
     conn = await asyncpg.connect(database_url)
     try:
         await conn.execute("DELETE FROM contextcore_migrations WHERE version = 2")
     finally:
         await conn.close()
     code, _, err = await schema("verify", database_url)
-    assert (code, err.strip()) == (1, "migration 00002_processed_messages is pending")
+    assert (code, err.strip()) == (
+        1,
+        "contextcore-schema: migration 00002_processed_messages is pending",
+    )
 
 
 async def test_a_missing_or_unreachable_database_is_one_line_and_exit_2() -> None:
     code, _, err = await schema("verify", None)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
-    assert "CONTEXTCORE_DATABASE_URL is not set" in err
+    assert "CONTEXTCORE_DATABASE_OWNER_URL is not set" in err
 
     code, _, err = await schema("verify", "postgresql://nobody:secret@127.0.0.1:1/none")
     assert code == 2
@@ -109,35 +120,94 @@ async def test_a_missing_or_unreachable_database_is_one_line_and_exit_2() -> Non
 
 
 async def test_concurrent_inits_apply_each_migration_exactly_once(
-    empty_database_url: str,
+    empty_database: Database,
 ) -> None:
+    empty_database_url = empty_database.owner_url
     results = await asyncio.gather(*(schema("init", empty_database_url) for _ in range(3)))
     applied = [line for _, out, _ in results for line in out.splitlines() if "applied" in line]
     assert all(code == 0 for code, _, _ in results)
     assert sorted(applied) == sorted(f"applied {m.label}" for m in migrations.load_migrations())
 
 
-async def test_the_processed_message_ledger_claims_once_and_prunes(database_url: str) -> None:
-    conn = await asyncpg.connect(database_url)
+async def test_a_postgresql_error_during_init_is_one_line_and_exit_1(
+    services: Services, roles: Roles
+) -> None:
+    """Issue 7, defect 5: no traceback. The owner may not install pgvector (only an
+    administrator may), so on a database nobody provisioned the first migration fails."""
+    name = f"cc_test_bare_{os.getpid()}"
+    admin = await asyncpg.connect(services.admin_url)
     try:
-        assert await ledger.claim(conn, "memory", "topic/0/41") is True
-        assert await ledger.claim(conn, "memory", "topic/0/41") is False
-        assert await ledger.claim(conn, "upload", "topic/0/41") is True  # per consumer
-        await conn.execute(
-            "UPDATE processed_messages SET processed_at = now() - interval '8 days' "
-            "WHERE consumer = 'memory'"
-        )
-        assert await ledger.prune(conn, older_than=timedelta(days=7)) == 1
-        assert await conn.fetchval("SELECT count(*) FROM processed_messages") == 1
-        assert await ledger.claim(conn, "memory", "topic/0/41") is True  # forgotten, re-claimable
+        await admin.execute(f'CREATE DATABASE "{name}" OWNER "{roles.owner.user}"')
+        code, _, err = await schema("init", login_url(services.admin_url, roles.owner, name))
     finally:
-        await conn.close()
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+    assert code == 1
+    assert "Traceback" not in err
+    [line] = err.strip().splitlines()
+    assert line.startswith(
+        "contextcore-schema: migration 00001_foundation failed and was not applied: "
+        "permission denied to create extension"
+    )
+
+
+async def test_provision_creates_two_credentials_once(services: Services) -> None:
+    tag = os.getpid()
+    name, owner, runtime = f"cc_prov_{tag}", f"cc_prov_owner_{tag}", f"cc_prov_runtime_{tag}"
+    server = services.admin_url.rsplit("@", 1)[1].rsplit("/", 1)[0]
+    urls = {
+        "CONTEXTCORE_DATABASE_ADMIN_URL": services.admin_url,
+        "CONTEXTCORE_DATABASE_URL": f"postgresql://{runtime}:r-secret@{server}/{name}",
+    }
+    owner_url = f"postgresql://{owner}:o-secret@{server}/{name}"
+    try:
+        code, out, err = await schema("provision", owner_url, **urls)
+        assert code == 0, err
+        assert out.splitlines() == [
+            f"created login role {owner}",
+            "created login role " + runtime,
+            f"created database {name} owned by {owner}",
+        ]
+        code, out, _ = await schema("provision", owner_url, **urls)
+        assert (code, out.strip()) == (0, "roles and database are in place; nothing to create")
+        code, out, err = await schema("init", owner_url)
+        assert code == 0, err
+        conn = await asyncpg.connect(urls["CONTEXTCORE_DATABASE_URL"])
+        try:
+            row = await conn.fetchrow(
+                "SELECT rolsuper, rolinherit, rolcreaterole, rolcreatedb, rolbypassrls "
+                "FROM pg_roles WHERE rolname = current_user"
+            )
+            assert row is not None
+            assert tuple(row) == (False, False, False, False, False)
+            owned = await conn.fetchval(
+                "SELECT count(*) FROM pg_class WHERE relowner = "
+                "(SELECT oid FROM pg_roles WHERE rolname = current_user)"
+            )
+            assert owned == 0
+        finally:
+            await conn.close()
+        same = {**urls, "CONTEXTCORE_DATABASE_URL": owner_url}
+        code, _, err = await schema("provision", owner_url, **same)
+        assert code == 2
+        assert "the runtime login and the owner are one role" in err
+    finally:
+        admin = await asyncpg.connect(services.admin_url)
+        try:
+            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await admin.execute(f'DROP ROLE IF EXISTS "{runtime}"')
+            await admin.execute(f'DROP ROLE IF EXISTS "{owner}"')
+        finally:
+            await admin.close()
 
 
 async def test_the_vector_extension_is_installed(database_url: str) -> None:
+    """Installed by the administrator at provisioning; usable by the runtime login."""
     conn = await asyncpg.connect(database_url)
     try:
-        distance = await conn.fetchval("SELECT '[1,0]'::vector <-> '[0,1]'::vector")
+        async with conn.transaction():
+            await conn.execute("SET LOCAL ROLE contextcore_app")
+            distance = await conn.fetchval("SELECT '[1,0]'::vector <-> '[0,1]'::vector")
     finally:
         await conn.close()
     assert distance == pytest.approx(2**0.5)

@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import uuid
+
 import asyncpg
 import pytest
 
-from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase, TenantQuery
+from contextcore.storage.provision import Login
+from contextcore.storage.tenancy import SERVICE_ROLE, Connection, TenantDatabase, TenantQuery
 from tests.integration import seed
+from tests.integration.conftest import Database
 
 pytestmark = pytest.mark.integration
 
 
 async def test_a_query_that_forgets_its_organization_filter_sees_one_tenant_only(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    a, b = await seed.organization(owner, "A"), await seed.organization(owner, "B")
+    a, b = await seed.organization(admin, "A"), await seed.organization(admin, "B")
     for org in (a, a, b, b, b):
-        await seed.company(owner, org)
-    await seed.insert(owner, "runs", organization_id=b, id=seed.new_id(), status="completed")
+        await seed.company(admin, org)
+    await seed.insert(admin, "runs", organization_id=b, id=seed.new_id(), status="completed")
     async with tenant_db.scoped(a) as tenant:
         conn = tenant._conn  # the raw connection: no $1 discipline, only RLS stands
         companies = await conn.fetch("SELECT organization_id FROM crm_companies")
@@ -29,59 +33,58 @@ async def test_a_query_that_forgets_its_organization_filter_sees_one_tenant_only
 
 
 async def test_without_an_organization_setting_the_service_role_sees_nothing(
-    owner: asyncpg.Connection,
+    admin: asyncpg.Connection,
 ) -> None:
-    org = await seed.organization(owner)
-    await seed.company(owner, org)
-    async with owner.transaction():
-        await owner.execute(f"SET LOCAL ROLE {SERVICE_ROLE}")
-        assert await owner.fetchval("SELECT count(*) FROM crm_companies") == 0
-        assert await owner.fetchval("SELECT count(*) FROM organizations") == 0
+    org = await seed.organization(admin)
+    await seed.company(admin, org)
+    async with admin.transaction():
+        await admin.execute(f"SET LOCAL ROLE {SERVICE_ROLE}")
+        assert await admin.fetchval("SELECT count(*) FROM crm_companies") == 0
+        assert await admin.fetchval("SELECT count(*) FROM organizations") == 0
 
 
 async def test_the_service_role_owns_no_table_and_cannot_bypass_rls(
-    owner: asyncpg.Connection,
+    admin: asyncpg.Connection,
 ) -> None:
-    owned = await owner.fetch(
+    owned = await admin.fetch(
         "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tableowner = $1",
         SERVICE_ROLE,
     )
-    role = await owner.fetchrow(
+    role = await admin.fetchrow(
         "SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = $1", SERVICE_ROLE
     )
     assert owned == []
     assert role is not None
     assert (role["rolsuper"], role["rolbypassrls"]) == (False, False)
-    unprotected = await owner.fetch("""
+    unprotected = await admin.fetch("""
         SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
         WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace
           AND a.attname = 'organization_id' AND NOT c.relrowsecurity
-          AND c.relname <> 'processed_messages'
     """)
     assert unprotected == []  # every organization-scoped table has row-level security
 
 
 async def test_tenant_reads_are_read_only(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    org = await seed.organization(owner)
+    org = await seed.organization(admin)
     async with tenant_db.scoped(org) as tenant:
         with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
             await tenant._conn.execute("CREATE TEMP TABLE nope (x int)")
 
 
 async def test_shared_intel_rows_are_readable_only_through_this_tenants_bridges(
-    owner: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    org, other = await seed.organization(owner), await seed.organization(owner)
+    org, other = await seed.organization(admin), await seed.organization(admin)
     mine, theirs = seed.new_id(), seed.new_id()
     for intel in (mine, theirs):
-        await seed.insert(owner, "intel_companies", id=intel, name="X", domain=f"{intel}.test")
+        await seed.insert(admin, "intel_companies", id=intel, name="X", domain=f"{intel}.test")
     await seed.insert(
-        owner, "prospects", organization_id=org, id=seed.new_id(), intel_company_id=mine
+        admin, "prospects", organization_id=org, id=seed.new_id(), intel_company_id=mine
     )
     await seed.insert(
-        owner, "prospects", organization_id=other, id=seed.new_id(), intel_company_id=theirs
+        admin, "prospects", organization_id=other, id=seed.new_id(), intel_company_id=theirs
     )
     async with tenant_db.scoped(org) as tenant:
         visible = await tenant._conn.fetch("SELECT id FROM tenant_intel_companies")
@@ -96,3 +99,104 @@ def test_a_tenant_query_must_filter_by_the_organization_parameter() -> None:
     with pytest.raises(ValueError, match=r"does not filter by \$1"):
         TenantQuery("oops", "SELECT * FROM crm_companies WHERE id = $10")
     TenantQuery("ok", "SELECT * FROM crm_companies WHERE organization_id = $1")
+
+
+# ------------------------------------------------------------ the runtime login (issue 7, #3)
+
+
+async def attempt(conn: Connection, *statements: str) -> object:
+    """Run ``statements`` in a savepoint (so a refusal leaves the scope usable); the last
+    one's first value."""
+    async with conn.transaction():
+        for statement in statements[:-1]:
+            await conn.execute(statement)
+        return await conn.fetchval(statements[-1])
+
+
+async def test_the_runtime_login_leaving_the_tenant_role_can_read_nothing(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """RESET ROLE inside a scope leaves the login itself, which holds no privilege at all."""
+    mine, theirs = await seed.organization(admin), await seed.organization(admin)
+    await seed.company(admin, theirs)
+    async with tenant_db.scoped(mine) as tenant:
+        conn = tenant._conn
+        assert await attempt(conn, "RESET ROLE", "SELECT current_user") == "cc_test_runtime"
+        for table in ("crm_companies", "organizations", "processed_messages", "intel_people"):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await attempt(conn, "RESET ROLE", f"SELECT * FROM public.{table}")
+
+
+async def test_the_runtime_login_cannot_run_programs_or_become_the_owner(
+    database: Database, tenant_db: TenantDatabase
+) -> None:
+    org = uuid.uuid4()
+    owner = Login.of(database.owner_url).user
+    async with tenant_db.writing(org) as tenant:
+        conn = tenant._conn
+        for statements in (
+            ["COPY (SELECT 1) TO PROGRAM 'true'"],
+            [f'SET ROLE "{owner}"'],
+            ["RESET ROLE", "COPY (SELECT 1) TO PROGRAM 'true'"],
+            ["RESET ROLE", f'SET ROLE "{owner}"'],
+            ["CREATE TEMP TABLE scratch (x int)"],
+        ):
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await attempt(conn, *statements)
+
+
+async def test_the_runtime_login_owns_nothing_and_holds_only_the_service_role(
+    admin: asyncpg.Connection, database: Database
+) -> None:
+    runtime = Login.of(database.url).user
+    login = await admin.fetchrow(
+        "SELECT rolsuper, rolinherit, rolcreaterole, rolcreatedb, rolbypassrls "
+        "FROM pg_roles WHERE rolname = $1",
+        runtime,
+    )
+    assert login is not None
+    assert tuple(login) == (False, False, False, False, False)
+    memberships = await admin.fetch(
+        "SELECT r.rolname FROM pg_auth_members m JOIN pg_roles r ON r.oid = m.roleid "
+        "WHERE m.member = (SELECT oid FROM pg_roles WHERE rolname = $1)",
+        runtime,
+    )
+    assert [row["rolname"] for row in memberships] == [SERVICE_ROLE]
+    owned = await admin.fetchval(
+        "SELECT count(*) FROM pg_class WHERE relowner = (SELECT oid FROM pg_roles "
+        "WHERE rolname = $1)",
+        runtime,
+    )
+    assert owned == 0
+
+
+async def test_row_level_security_is_forced_on_every_tenant_table(
+    admin: asyncpg.Connection,
+) -> None:
+    """FORCE: the owner's views and functions are held to the current organization too. The
+    ledger is the one exception (docs/tenancy.md): message ids, no tenant content."""
+    unforced = await admin.fetch("""
+        SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+        WHERE c.relkind = 'r' AND c.relnamespace = 'public'::regnamespace
+          AND a.attname = 'organization_id' AND NOT c.relforcerowsecurity
+    """)
+    assert [row["relname"] for row in unforced] == ["processed_messages"]
+    organizations = await admin.fetchrow(
+        "SELECT relrowsecurity, relforcerowsecurity FROM pg_class WHERE relname = 'organizations'"
+    )
+    assert organizations is not None
+    assert tuple(organizations) == (True, True)
+
+
+async def test_the_owner_reads_no_tenant_row_outside_a_scope(
+    admin: asyncpg.Connection, database: Database
+) -> None:
+    """A service wrongly started with the owner's credential still reads no tenant's rows."""
+    org = await seed.organization(admin)
+    await seed.company(admin, org)
+    owner = await asyncpg.connect(database.owner_url)
+    try:
+        assert await owner.fetchval("SELECT count(*) FROM crm_companies") == 0
+        assert await owner.fetchval("SELECT count(*) FROM organizations") == 0
+    finally:
+        await owner.close()

@@ -6,14 +6,18 @@ import json
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
-from consumers.build import DeadLetter, Reply, decide
-from contextcore.builder import DefaultContextBuilder
+from consumers.build.handler import BuildHandler
+from consumers.build.metrics import BuildMetrics
+from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
+from contextcore.builder import ContextBuilder, DefaultContextBuilder
 from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
-from schemas.build import BuildReplyV1, parse_build_request, reply_address
+from schemas.build import BuildReplyV1, ErrorInfo, parse_build_request
+from schemas.envelope import reply_address
 from tests.unit.fakes import StaticSource, item
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
@@ -42,6 +46,26 @@ def message(**overrides: Any) -> dict[str, Any]:
 def service(*sources: StaticSource) -> tuple[ContextSourceRegistry, DefaultContextBuilder]:
     registry = ContextSourceRegistry(sources or [StaticSource("a")])
     return registry, DefaultContextBuilder(registry, ContextPacker())
+
+
+async def decide(value: bytes, registry: ContextSourceRegistry, builder: ContextBuilder) -> Outcome:
+    """The build handler's outcome for one record value (no broker, no runtime)."""
+    handler = BuildHandler(registry, builder, BuildMetrics.create(CollectorRegistry()))
+    record = Inbound(topic="t", partition=0, offset=0, key=None, value=value)
+    return await handler.handle(record, Stopwatch())
+
+
+def error_of(outcome: Outcome) -> ErrorInfo:
+    error = reply_of(outcome).error
+    assert error is not None
+    return error
+
+
+def reply_of(outcome: Outcome) -> BuildReplyV1:
+    """The build reply an outcome carries (the test fails when it carries none)."""
+    assert isinstance(outcome, Reply)
+    assert isinstance(outcome.message, BuildReplyV1)
+    return outcome.message
 
 
 def test_malformed_entities_are_dropped_and_valid_refs_kept_in_order() -> None:
@@ -79,7 +103,7 @@ def test_unknown_schema_version_and_extra_fields_are_refused() -> None:
 async def test_not_json_is_dead_lettered() -> None:
     outcome = await decide(b"\xff\xfe not json", *service())
     assert isinstance(outcome, DeadLetter)
-    assert outcome.reason.startswith("not JSON")
+    assert (outcome.cause, outcome.reason) == ("not_json", "not UTF-8 at byte 0")
 
 
 async def test_invalid_request_without_an_address_is_dead_lettered() -> None:
@@ -92,10 +116,9 @@ async def test_invalid_request_with_an_address_gets_an_error_reply() -> None:
     outcome = await decide(json.dumps(message(policy={"sources": "x"})).encode(), *service())
     assert isinstance(outcome, Reply)
     assert (outcome.topic, outcome.correlation_id) == ("replies.a", "c-1")
-    assert outcome.message.status == "error"
-    assert outcome.message.error is not None
-    assert outcome.message.error.code == "invalid_request"
-    assert outcome.message.error.details == ["policy.sources: Input should be a valid list"]
+    assert reply_of(outcome).status == "error"
+    assert error_of(outcome).code == "invalid_request"
+    assert error_of(outcome).details == ["policy.sources: Input should be a valid list"]
 
 
 async def test_a_builder_that_raises_becomes_an_internal_error_reply() -> None:
@@ -106,9 +129,8 @@ async def test_a_builder_that_raises_becomes_an_internal_error_reply() -> None:
     registry, _ = service()
     outcome = await decide(json.dumps(message()).encode(), registry, Broken())
     assert isinstance(outcome, Reply)
-    assert outcome.message.error is not None
-    assert outcome.message.error.code == "internal_error"
-    assert outcome.message.error.message == "RuntimeError: boom"
+    assert error_of(outcome).code == "internal_error"
+    assert error_of(outcome).message == "RuntimeError: boom"
 
 
 async def test_valid_request_gets_the_built_brief_and_the_dropped_count() -> None:
@@ -117,7 +139,7 @@ async def test_valid_request_gets_the_built_brief_and_the_dropped_count() -> Non
     outcome = await decide(json.dumps(raw).encode(), *service(StaticSource("a", [item("a")])))
     assert isinstance(outcome, Reply)
     expected = ContextPacker().pack([item("a")], ContextPolicy.model_validate(raw["policy"]))
-    assert outcome.message == BuildReplyV1.ok("c-1", expected, dropped_entities=1)
+    assert reply_of(outcome) == BuildReplyV1.ok("c-1", expected, dropped_entities=1)
     assert expected.text == "## Application state\n- t: b"
 
 
@@ -125,9 +147,8 @@ async def test_a_policy_failing_admission_gets_policy_rejected() -> None:
     raw = message(policy={"total_token_budget": 0, "sources": [{"name": "a", "token_budget": 5}]})
     outcome = await decide(json.dumps(raw).encode(), *service())
     assert isinstance(outcome, Reply)
-    assert outcome.message.error is not None
-    assert outcome.message.error.code == "policy_rejected"
-    assert outcome.message.error.details == ["total_token_budget: is 0 but source 'a' is enabled"]
+    assert error_of(outcome).code == "policy_rejected"
+    assert error_of(outcome).details == ["total_token_budget: is 0 but source 'a' is enabled"]
 
 
 async def test_a_required_source_failure_gets_required_source_failed() -> None:
@@ -141,9 +162,8 @@ async def test_a_required_source_failure_gets_required_source_failed() -> None:
         json.dumps(raw).encode(), *service(StaticSource("a", error=RuntimeError("db down")))
     )
     assert isinstance(outcome, Reply)
-    assert outcome.message.error is not None
-    assert outcome.message.error.code == "required_source_failed"
-    assert outcome.message.error.details == ["a: RuntimeError: db down"]
+    assert error_of(outcome).code == "required_source_failed"
+    assert error_of(outcome).details == ["a: RuntimeError: db down"]
 
 
 @pytest.mark.parametrize(("refresh", "status"), [(True, "ok"), (False, "reuse_previous")])
@@ -153,6 +173,6 @@ async def test_a_resume_rebuilds_only_when_the_policy_asks(refresh: bool, status
     raw["policy"]["refresh_on_resume"] = refresh
     outcome = await decide(json.dumps(raw).encode(), *service(source))
     assert isinstance(outcome, Reply)
-    assert outcome.message.status == status
+    assert reply_of(outcome).status == status
     assert source.calls == (1 if refresh else 0)
-    assert (outcome.message.brief is not None) == refresh
+    assert (reply_of(outcome).brief is not None) == refresh

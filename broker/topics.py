@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
+from broker.settings import TopicSettings
 from contextcore.errors import InfrastructureUnavailable
-from contextcore.settings import Settings, dead_letter_topic
 
 
 @dataclass(frozen=True)
@@ -25,17 +25,23 @@ class TopicSpec:
     partitions: int
 
 
-def build_topics(settings: Settings) -> list[TopicSpec]:
+def dead_letter_topic(topic: str) -> str:
+    """The dead-letter topic of ``topic``: records that could not be answered go there."""
+    return f"{topic}.dlt"
+
+
+def build_topics(topics: TopicSettings) -> list[TopicSpec]:
     """The build-request topic and its dead-letter topic."""
-    request = settings.topic_build_request
+    request = topics.build_request
     return [
-        TopicSpec(request, settings.topic_build_request_partitions),
+        TopicSpec(request, topics.build_request_partitions),
         TopicSpec(dead_letter_topic(request), 1),
     ]
 
 
-def all_topics(settings: Settings) -> list[TopicSpec]:
-    return build_topics(settings)
+def all_topics(topics: TopicSettings) -> list[TopicSpec]:
+    """Every topic contextcore's consumers read or write (reply topics belong to clients)."""
+    return build_topics(topics)
 
 
 async def ensure_topics(

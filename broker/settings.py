@@ -1,0 +1,59 @@
+"""Kafka settings from the environment: the connection (``CONTEXTCORE_KAFKA_*``) and the topic
+names (``CONTEXTCORE_TOPIC_*``), read the same way by producers and consumers."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contextcore.errors import ConfigurationError
+
+
+class KafkaSettings(BaseSettings):
+    """How to reach the broker and how a client behaves on it."""
+
+    model_config = SettingsConfigDict(env_prefix="CONTEXTCORE_KAFKA_", extra="ignore", frozen=True)
+
+    bootstrap_servers: str | None = None
+    """Comma-separated ``host:port`` list of the Kafka-protocol broker."""
+    fetch_max_wait_ms: int = Field(default=20, ge=0, le=10_000)
+    """Bounds the broker's long poll, and so the request/reply latency (500 ms → ~255 ms/hop)."""
+    connect_timeout_s: float = Field(default=10.0, gt=0)
+    session_timeout_ms: int = Field(default=6_000, ge=1_000, le=300_000)
+    """How long the group waits for a silent member before it hands its partitions to another:
+    the failover time after a ``kill -9`` (docs/delivery.md measures it)."""
+    heartbeat_interval_ms: int = Field(default=2_000, ge=100)
+    group_instance_id: str | None = None
+    """Static group membership (KIP-345): a member that restarts with the same id within the
+    session timeout gets its partitions back without a rebalance. One id per process."""
+    request_timeout_ms: int = Field(default=10_000, ge=1_000)
+    """A publish that the broker does not acknowledge in this time fails (then it is retried)."""
+    max_record_bytes: int = Field(default=1_000_000, ge=10_000)
+    """The largest record a client publishes; replies and dead letters are kept under it."""
+
+    @model_validator(mode="after")
+    def _heartbeat_below_session(self) -> Self:
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
+        return self
+
+    def require_bootstrap_servers(self) -> str:
+        if not self.bootstrap_servers:
+            raise ConfigurationError(
+                "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is not set: point it at a Kafka broker "
+                "(or run `contextcore-dev up` and use the address it prints)"
+            )
+        return self.bootstrap_servers
+
+
+class TopicSettings(BaseSettings):
+    """The names of contextcore's topics; a producer and its consumer must agree on them."""
+
+    model_config = SettingsConfigDict(env_prefix="CONTEXTCORE_TOPIC_", extra="ignore", frozen=True)
+
+    build_request: str = "contextcore.build-request"
+    build_request_partitions: int = Field(default=4, ge=1)
+    reply_prefix: str = "contextcore.reply"
+    """Clients create an ephemeral reply topic ``<prefix>.<client id>`` and delete it on close."""

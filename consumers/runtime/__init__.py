@@ -1,0 +1,16 @@
+"""The delivery runtime every consumer runs on.
+
+One record, exactly one outcome: a reply, a dead letter, or a bounded retry (then a dead
+letter); never an exception into FastStream, never a partition that stops moving. Many records
+are in flight at once, commits never pass an unfinished record of a partition, and shutdown
+drains what is in flight. ``docs/delivery.md`` explains every choice.
+
+    records.py   the record as handlers see it, the outcomes, the retry headers   (pure)
+    tracker.py   per-partition in-flight offsets and the commit position          (pure)
+    letters.py   bounded dead-letter records                                       (pure)
+    delivery.py  the pipeline: handle, serialise, publish, retry, dead-letter, commit
+    kafka.py     the aiokafka adapters: publisher, committer, rebalance listener
+    health.py    /metrics, /healthz (a stuck partition is not live), /readyz
+    metrics.py   the runtime's Prometheus series
+    app.py       a FastStream application per consumer, wired to the above
+"""

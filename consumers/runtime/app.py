@@ -1,0 +1,207 @@
+"""A FastStream application for one consumer: one subscriber, its records fed to a
+:class:`~consumers.runtime.delivery.Delivery`.
+
+FastStream runs the group membership, the fetch loop and the process lifecycle
+(``faststream run consumers.build.app:app`` works, as does ``contextcore serve build``), and it
+generates the AsyncAPI document from the same declarations (``docs/asyncapi/``). The subscriber
+uses ``AckPolicy.MANUAL``: FastStream never commits or seeks; the delivery commits each
+partition's position itself, after the outcome was published.
+
+Start-up (the lifespan) fails closed before the first record is fetched: the broker must
+answer, the topics exist, and ``open_handler`` has checked the schema and opened what the
+handler needs. Shutdown drains in-flight records and commits before the group is left.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from faststream import FastStream
+from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.middlewares import AckPolicy
+from faststream.specification import AsyncAPI
+from pydantic import BaseModel, PlainValidator
+
+from broker.settings import KafkaSettings
+from broker.topics import TopicSpec, dead_letter_topic, ensure_topics
+from consumers.runtime.delivery import Delivery, Health, RecordHandler
+from consumers.runtime.health import HealthServer
+from consumers.runtime.kafka import (
+    AiokafkaPublisher,
+    ConsumerCommitter,
+    RebalanceListener,
+    inbound_of,
+)
+from consumers.runtime.metrics import OldestInFlight, RuntimeMetrics
+from consumers.runtime.settings import ConsumerSettings
+from schemas.envelope import DeadLetterV1
+
+log = logging.getLogger("contextcore.consumer")
+
+
+@dataclass(frozen=True)
+class Channel:
+    """A topic the consumer publishes to, for the AsyncAPI document."""
+
+    address: str
+    title: str
+    description: str
+    schema: type[BaseModel]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+async def _raw_body(message: KafkaMessage) -> bytes:
+    """Hand the entry point the record's bytes: decoding, and its failures, are the handler's."""
+    return message.body
+
+
+class ConsumerApp:
+    def __init__(
+        self,
+        *,
+        name: str,
+        topic: str,
+        description: str,
+        payload: type[BaseModel],
+        publishes: Sequence[Channel],
+        settings: ConsumerSettings,
+        kafka: KafkaSettings,
+        topics: list[TopicSpec],
+        open_handler: Callable[[RuntimeMetrics], AbstractAsyncContextManager[RecordHandler]],
+        version: str = "1",
+    ) -> None:
+        self.name = name
+        self.topic = topic
+        self.settings = settings
+        self.kafka = kafka
+        self.topics = topics
+        self.open_handler = open_handler
+        self.metrics = RuntimeMetrics.create()
+        self.delivery: Delivery | None = None
+        self._health: HealthServer | None = None
+        self._ready = False
+        self.broker = KafkaBroker(
+            kafka.bootstrap_servers or "localhost:9092",
+            client_id=f"contextcore-{name}",
+            enable_idempotence=False,  # Tansu refuses idempotent producers; consumers dedupe
+            logger=log,
+        )
+        self.subscriber = self.broker.subscriber(
+            topic,
+            group_id=settings.group_id,
+            group_instance_id=kafka.group_instance_id,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            session_timeout_ms=kafka.session_timeout_ms,
+            heartbeat_interval_ms=kafka.heartbeat_interval_ms,
+            ack_policy=AckPolicy.MANUAL,
+            no_reply=True,
+            listener=RebalanceListener(lambda: self.delivery),
+            decoder=_raw_body,
+            title=topic,
+            description=description,
+        )
+
+        async def entry(body: Any, message: KafkaMessage) -> None:
+            delivery = self.delivery
+            record = message.raw_message
+            if delivery is not None and not isinstance(record, tuple):
+                await delivery.submit(inbound_of(record))
+
+        # Evaluated annotations (this module's are strings): ``body`` passes the bytes through
+        # untouched, and documents the payload's schema in the AsyncAPI document.
+        entry.__annotations__ = {
+            "body": Annotated[Any, PlainValidator(_same, json_schema_input_type=payload)],
+            "message": KafkaMessage,
+            "return": None,
+        }
+        entry.__name__ = f"{name}_records"
+        self.subscriber(entry)
+        for channel in [
+            *publishes,
+            Channel(
+                dead_letter_topic(topic),
+                f"{dead_letter_topic(topic)}",
+                "Records that could not be answered: origin, cause, reason, attempts and the "
+                "payload, cut to a bound with its original size and sha256.",
+                DeadLetterV1,
+            ),
+        ]:
+            self.broker.publisher(
+                channel.address,
+                title=channel.title,
+                description=channel.description,
+                schema=channel.schema,
+            )
+        self.app = FastStream(
+            self.broker,
+            lifespan=self._lifespan,
+            after_startup=[self._started],
+            on_shutdown=[self._drain],
+            specification=AsyncAPI(
+                self.broker,
+                title=f"contextcore {name} consumer",
+                version=version,
+                description=description,
+            ),
+        )
+
+    @asynccontextmanager
+    async def _lifespan(self, **_: Any) -> AsyncIterator[None]:
+        bootstrap = self.kafka.require_bootstrap_servers()
+        await ensure_topics(bootstrap, self.topics, timeout_s=self.kafka.connect_timeout_s)
+        async with self.open_handler(self.metrics) as handler:
+            publisher = AiokafkaPublisher(self.kafka, client_id=f"contextcore-{self.name}")
+            await publisher.start()
+            try:
+                self.delivery = Delivery(
+                    consumer=self.name,
+                    handler=handler,
+                    publisher=publisher,
+                    settings=self.settings,
+                    max_record_bytes=self.kafka.max_record_bytes,
+                    metrics=self.metrics,
+                )
+                self.metrics.registry.register(OldestInFlight(self.name, self.delivery.oldest_ages))
+                self._health = HealthServer(
+                    self.metrics.registry,
+                    port=self.settings.metrics_port,
+                    live=self.health,
+                    ready=lambda: self._ready,
+                )
+                self._health.start()
+                yield
+            finally:
+                if self._health is not None:
+                    self._health.stop()
+                await publisher.stop()
+
+    def health(self) -> Health:
+        if self.delivery is None:
+            return Health(True, "starting")
+        return self.delivery.health()
+
+    async def _started(self) -> None:
+        consumer = self.subscriber.consumer
+        assert self.delivery is not None
+        assert consumer is not None
+        self.delivery.start(ConsumerCommitter(consumer))
+        self._ready = True
+        print(
+            f"{self.name} consumer ready: topic {self.topic}, group {self.settings.group_id}, "
+            f"{self.settings.max_in_flight} in flight, metrics port "
+            f"{self.settings.metrics_port or 'off'}",
+            flush=True,
+        )
+
+    async def _drain(self) -> None:
+        self._ready = False
+        if self.delivery is not None:
+            await self.delivery.close()

@@ -1,0 +1,485 @@
+"""The delivery pipeline: every record ends in exactly one outcome, and then its offset commits.
+
+For one record, in order (docs/delivery.md):
+
+1. A retried record waits out its back-off (``contextcore-not-before``, capped).
+2. The handler answers an :data:`~consumers.runtime.records.Outcome` within
+   ``handle_timeout_s``. An exception or a timeout is a :class:`Retry`.
+3. A :class:`Reply` is serialised and published, and the broker acknowledges it. A reply that
+   cannot be serialised or that the broker refuses for good (too large, bad topic) is replaced
+   by the handler's fallback error reply; failing that, the record is dead-lettered. A publish
+   the broker may accept later (retriable) becomes a :class:`Retry`.
+4. A :class:`Retry` re-publishes the record to its own topic with its attempt count and a
+   not-before time in headers, up to ``max_attempts``; then it is dead-lettered. The count
+   travels with the record: it survives a restart and a rebalance.
+5. A :class:`DeadLetter` publishes a bounded letter to ``<topic>.dlt``.
+6. The record is finished; its partition's commit position moves past every finished record
+   below the lowest unfinished one, and a background task commits it.
+
+Steps 4 and 5 publish to our own topics: they are retried in place until the broker takes
+them, because skipping them would lose the record. While the broker refuses, that record stays
+in flight and ``/healthz`` reports the partition stuck.
+
+Many records are in flight at once (``max_in_flight``); when every slot is busy,
+:meth:`Delivery.submit` waits, and with it the fetch loop. A revoked partition first drains its
+records (up to ``drain_timeout_s``) and commits their position; shutdown does the same for all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel
+
+from broker.topics import dead_letter_topic
+from consumers.runtime.letters import dead_letter
+from consumers.runtime.metrics import RuntimeMetrics
+from consumers.runtime.records import (
+    HEADER_ATTEMPT,
+    HEADER_FIRST_POSITION,
+    HEADER_LAST_ERROR,
+    HEADER_NOT_BEFORE,
+    DeadLetter,
+    Done,
+    Inbound,
+    Outcome,
+    Reply,
+    Retry,
+    Stopwatch,
+    backoff_s,
+)
+from consumers.runtime.settings import ConsumerSettings
+from consumers.runtime.tracker import InFlight, PartitionTracker, TopicPartition
+from schemas.envelope import printable
+
+log = logging.getLogger("contextcore.delivery")
+
+
+class PublishError(Exception):
+    """The broker did not take a record. ``retriable``: it may take it later."""
+
+    def __init__(self, message: str, *, retriable: bool) -> None:
+        self.retriable = retriable
+        super().__init__(message)
+
+
+class Publisher(Protocol):
+    async def publish(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> None:
+        """Publish and wait for the broker's acknowledgement, or raise :class:`PublishError`."""
+
+
+class Committer(Protocol):
+    async def commit(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Commit each partition's next offset to read."""
+
+
+class RecordHandler(Protocol):
+    async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        """One record's outcome. Raising is allowed (it becomes a :class:`Retry`)."""
+
+
+@dataclass(frozen=True)
+class Health:
+    live: bool
+    reason: str
+
+
+@dataclass
+class _Snapshot:
+    taken_at: float = 0.0
+    ages: dict[TopicPartition, float] = field(default_factory=dict)
+
+
+class Delivery:
+    """One consumer's pipeline; see the module docstring for the invariants."""
+
+    def __init__(
+        self,
+        *,
+        consumer: str,
+        handler: RecordHandler,
+        publisher: Publisher,
+        settings: ConsumerSettings,
+        max_record_bytes: int,
+        metrics: RuntimeMetrics,
+        clock: Callable[[], float] = time.monotonic,
+        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self.consumer = consumer
+        self.handler = handler
+        self.publisher = publisher
+        self.settings = settings
+        self.max_record_bytes = max_record_bytes
+        self.metrics = metrics
+        self.clock = clock
+        self.wall_ms = wall_ms
+        self.in_flight = InFlight()
+        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._positions: dict[TopicPartition, int] = {}
+        self._commit_wanted = asyncio.Event()
+        self._progress = asyncio.Event()  # set whenever a record settles
+        self._commit_lock = asyncio.Lock()
+        self._committer: Committer | None = None
+        self._background: list[asyncio.Task[None]] = []
+        self._revoking: set[TopicPartition] = set()
+        self._closing = False
+        self._snapshot = _Snapshot()
+        self._in_flight = metrics.in_flight.labels(consumer)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, committer: Committer) -> None:
+        """Begin committing through ``committer`` and refreshing the health snapshot."""
+        self._committer = committer
+        self._refresh_snapshot()
+        if self._positions:  # records that finished before the consumer was ready
+            self._commit_wanted.set()
+        self._background = [
+            asyncio.create_task(self._commit_loop(), name=f"{self.consumer}-commits"),
+            asyncio.create_task(self._monitor_loop(), name=f"{self.consumer}-monitor"),
+        ]
+
+    async def close(self) -> None:
+        """Take no new record, let in-flight ones finish (bounded), commit, stop."""
+        self._closing = True
+        if self._tasks:
+            _, pending = await asyncio.wait(set(self._tasks), timeout=self.settings.drain_timeout_s)
+            for task in pending:
+                task.cancel()  # not finished, so not committed: redelivered to the next owner
+            await asyncio.gather(*pending, return_exceptions=True)
+            if pending:
+                log.warning("%s: %d record(s) did not finish in time", self.consumer, len(pending))
+        await self._flush_commits()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background = []
+
+    def assign(self, partitions: list[TopicPartition]) -> None:
+        self.in_flight.assign(partitions)
+
+    async def revoke(self, partitions: list[TopicPartition]) -> None:
+        """Drain the records of ``partitions`` (bounded) and commit their last position."""
+        self._revoking.update(partitions)
+        try:
+            deadline = self.clock() + self.settings.drain_timeout_s
+            while any(
+                (tracker := self.in_flight.tracker(p)) is not None and tracker.in_flight
+                for p in partitions
+            ):
+                self._progress.clear()
+                remaining = deadline - self.clock()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._progress.wait(), remaining)
+            final = {
+                partition: tracker.position
+                for partition, tracker in self.in_flight.revoke(partitions).items()
+                if tracker.position is not None
+            }
+            for partition in partitions:
+                self._positions.pop(partition, None)
+            if final:
+                await self._commit(final)
+        finally:
+            self._revoking.difference_update(partitions)
+
+    def health(self) -> Health:
+        """Live unless the loop stalled or a partition's oldest record is older than allowed."""
+        if self._committer is None:
+            return Health(True, "starting")
+        snapshot = self._snapshot
+        stale = self.clock() - snapshot.taken_at
+        if stale > max(10.0, 5 * _MONITOR_INTERVAL_S):
+            return Health(False, f"the event loop has not run for {stale:.0f} s")
+        for (topic, partition), age in sorted(snapshot.ages.items()):
+            if age > self.settings.stuck_after_s:
+                return Health(False, f"{topic}[{partition}] has not moved for {age:.0f} s")
+        return Health(True, "ok")
+
+    def oldest_ages(self) -> dict[TopicPartition, float]:
+        """The last snapshot of per-partition ages (safe to read from another thread)."""
+        return dict(self._snapshot.ages)
+
+    # ------------------------------------------------------------------ intake
+
+    async def submit(self, record: Inbound) -> None:
+        """Start ``record`` once a slot is free; return without waiting for its outcome."""
+        if self._closing:
+            return
+        await self._slots.acquire()
+        partition = (record.topic, record.partition)
+        tracker = self.in_flight.tracker(partition)
+        if (
+            self._closing
+            or tracker is None  # revoked meanwhile: the partition's new owner reads it
+            or partition in self._revoking
+            or not tracker.start(record.offset, self.clock())
+        ):
+            self._slots.release()
+            return
+        self._in_flight.inc()
+        task = asyncio.create_task(self._run(record, tracker))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, record: Inbound, tracker: PartitionTracker) -> None:
+        started = self.clock()
+        try:
+            await self._deliver(record)
+        except Exception:
+            # A bug of the runtime itself: the record stays in flight, its partition stops
+            # committing, /healthz turns red and a restart redelivers it. Never silently lost.
+            log.exception("%s: no outcome for %s", self.consumer, record.position)
+            return
+        finally:
+            self._slots.release()
+            self._in_flight.dec()
+            self._progress.set()
+        self.metrics.record_seconds.labels(self.consumer).observe(self.clock() - started)
+        position = tracker.finish(record.offset)
+        if position is not None:
+            self._positions[(record.topic, record.partition)] = position
+            self._commit_wanted.set()
+
+    # ------------------------------------------------------------------ one record
+
+    async def _deliver(self, record: Inbound) -> None:
+        not_before = record.not_before_ms
+        if not_before is not None:
+            wait_s = min((not_before - self.wall_ms()) / 1000, self.settings.retry_backoff_max_s)
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+        watch = Stopwatch()
+        outcome: Outcome
+        try:
+            async with asyncio.timeout(self.settings.handle_timeout_s):
+                outcome = await self.handler.handle(record, watch)
+        except TimeoutError:
+            outcome = Retry("timeout", f"not handled within {self.settings.handle_timeout_s:g} s")
+        except Exception as error:
+            log.exception("%s: handler failed on %s", self.consumer, record.position)
+            outcome = Retry("handler_error", _describe(error))
+        if isinstance(outcome, Reply):
+            outcome = await self._reply(outcome, watch)
+        if isinstance(outcome, Retry):
+            await self._retry(record, outcome)
+        elif isinstance(outcome, DeadLetter):
+            await self._dead_letter(record, outcome)
+        self.metrics.records.labels(self.consumer, _label(outcome)).inc()
+        for stage, seconds in watch.laps.items():
+            self.metrics.stage_seconds.labels(self.consumer, stage).observe(seconds)
+
+    async def _reply(self, reply: Reply, watch: Stopwatch) -> Outcome:
+        """Publish ``reply`` (or its fallback); what is left to do when neither went out."""
+        with watch.stage("serialise"):
+            body, problem = self._serialise(reply.message)
+        if body is None:
+            return await self._publish_fallback(reply, problem)
+        try:
+            with watch.stage("publish"):
+                await self._publish_reply(reply, body)
+        except PublishError as error:
+            self.metrics.publish_failures.labels(self.consumer, "reply").inc()
+            if error.retriable:
+                return Retry("reply_publish", f"the reply to {reply.topic!r} failed: {error}")
+            return await self._publish_fallback(reply, f"the broker refused it: {error}")
+        return reply
+
+    def _serialise(self, message: BaseModel) -> tuple[bytes | None, str]:
+        try:
+            body = message.model_dump_json().encode()
+        except Exception as error:  # a value JSON cannot carry (a lone surrogate, …)
+            return None, f"it could not be serialised ({_describe(error)})"
+        if len(body) > self.max_record_bytes:
+            return None, f"it is {len(body)} bytes, over the {self.max_record_bytes}-byte limit"
+        return body, ""
+
+    async def _publish_fallback(self, reply: Reply, problem: str) -> Outcome:
+        """The handler's small error reply in place of ``reply``, which cannot go out."""
+        refused = f"the reply to {reply.topic!r} cannot be sent: {problem}"
+        if reply.fallback is None:
+            return DeadLetter("reply_refused", refused)
+        fallback = reply.fallback(printable(refused))
+        body, fallback_problem = self._serialise(fallback)
+        if body is None:
+            return DeadLetter(
+                "reply_refused", f"{refused}; its error reply too: {fallback_problem}"
+            )
+        try:
+            await self._publish_reply(reply, body)
+        except PublishError as error:
+            self.metrics.publish_failures.labels(self.consumer, "reply").inc()
+            if error.retriable:
+                return Retry("reply_publish", f"the error reply to {reply.topic!r} failed: {error}")
+            return DeadLetter("reply_refused", f"{refused}; its error reply too: {error}")
+        log.warning("%s: sent an error reply instead: %s", self.consumer, printable(refused)[:300])
+        return Reply(reply.topic, reply.correlation_id, fallback)
+
+    async def _publish_reply(self, reply: Reply, body: bytes) -> None:
+        await self.publisher.publish(
+            reply.topic,
+            body,
+            key=None,
+            headers=[
+                ("content-type", b"application/json"),
+                ("correlation_id", reply.correlation_id.encode()),
+            ],
+        )
+
+    async def _retry(self, record: Inbound, retry: Retry) -> None:
+        attempt = record.attempt
+        if attempt >= self.settings.max_attempts:
+            await self._dead_letter(
+                record,
+                DeadLetter("gave_up", f"{retry.cause}: {retry.reason} (after {attempt} attempts)"),
+            )
+            return
+        delay_s = backoff_s(
+            attempt,
+            base_s=self.settings.retry_backoff_s,
+            max_s=self.settings.retry_backoff_max_s,
+        )
+        headers = [
+            *record.own_headers(),
+            (HEADER_ATTEMPT, str(attempt + 1).encode()),
+            (HEADER_NOT_BEFORE, str(self.wall_ms() + int(delay_s * 1000)).encode()),
+            (HEADER_FIRST_POSITION, str(record.first_position).encode()),
+            (HEADER_LAST_ERROR, printable(retry.reason)[:500].encode("utf-8", "replace")),
+        ]
+        await self._publish_own("retry", record.topic, record.value or b"", record.key, headers)
+        self.metrics.retries.labels(self.consumer, retry.cause).inc()
+        log.info(
+            "%s: retrying %s (attempt %d): %s",
+            self.consumer,
+            record.position,
+            attempt + 1,
+            retry.reason,
+        )
+
+    async def _dead_letter(self, record: Inbound, letter: DeadLetter) -> None:
+        body, headers = dead_letter(
+            record,
+            cause=letter.cause,
+            reason=letter.reason,
+            consumer_group=self.settings.group_id,
+            payload_limit=self.settings.dead_letter_payload_bytes,
+            max_bytes=self.max_record_bytes,
+        )
+        await self._publish_own("dead_letter", dead_letter_topic(record.topic), body, None, headers)
+        self.metrics.dead_letters.labels(record.topic, letter.cause).inc()
+        log.warning(
+            "%s: dead-lettered %s (%s): %s",
+            self.consumer,
+            record.first_position,
+            letter.cause,
+            printable(letter.reason)[:300],
+        )
+
+    async def _publish_own(
+        self,
+        kind: str,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> None:
+        """Publish to a topic of ours until the broker takes it (the record is lost otherwise)."""
+        delay = self.settings.retry_backoff_s
+        while True:
+            try:
+                await self.publisher.publish(topic, value, key=key, headers=headers)
+                return
+            except PublishError as error:
+                self.metrics.publish_failures.labels(self.consumer, kind).inc()
+                log.error(
+                    "%s: cannot publish a %s to %s (%s); trying again in %.1f s",
+                    self.consumer,
+                    kind.replace("_", " "),
+                    topic,
+                    error,
+                    delay,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    # ------------------------------------------------------------------ commits
+
+    async def _commit_loop(self) -> None:
+        while True:
+            await self._commit_wanted.wait()
+            self._commit_wanted.clear()
+            if not await self._flush_commits():
+                await asyncio.sleep(0.5)  # a failed commit is tried again with the next ones
+                self._commit_wanted.set()
+
+    async def _flush_commits(self) -> bool:
+        if not self._positions:
+            return True
+        batch, self._positions = self._positions, {}
+        if await self._commit(batch):
+            return True
+        for partition, position in batch.items():  # keep what is still ours for the next try
+            if self.in_flight.tracker(partition) is not None:
+                self._positions.setdefault(partition, position)
+        return False
+
+    async def _commit(self, positions: Mapping[TopicPartition, int]) -> bool:
+        if self._committer is None:
+            return False
+        started = self.clock()
+        async with self._commit_lock:
+            try:
+                await self._committer.commit(positions)
+            except Exception as error:
+                self.metrics.commits.labels(self.consumer, "failed").inc()
+                log.warning("%s: commit failed: %s", self.consumer, _describe(error))
+                return False
+        self.metrics.commits.labels(self.consumer, "ok").inc()
+        self.metrics.stage_seconds.labels(self.consumer, "commit").observe(self.clock() - started)
+        return True
+
+    # ------------------------------------------------------------------ health
+
+    def _refresh_snapshot(self) -> None:
+        now = self.clock()
+        self._snapshot = _Snapshot(now, self.in_flight.oldest_ages(now))
+
+    async def _monitor_loop(self) -> None:
+        while True:
+            self._refresh_snapshot()
+            await asyncio.sleep(_MONITOR_INTERVAL_S)
+
+
+_MONITOR_INTERVAL_S = 1.0
+
+
+def _label(outcome: object) -> str:
+    if isinstance(outcome, Reply):
+        return "reply"
+    if isinstance(outcome, Done):
+        return "done"
+    if isinstance(outcome, Retry):
+        return "retry"
+    return "dead_letter"
+
+
+def _describe(error: BaseException) -> str:
+    text = printable(str(error)).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first[:500]}" if first else type(error).__name__

@@ -1,0 +1,108 @@
+"""The aiokafka side of the runtime: publishing, committing and hearing about rebalances."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.structs import ConsumerRecord
+
+from broker.settings import KafkaSettings
+from consumers.runtime.delivery import Delivery, PublishError
+from consumers.runtime.records import Inbound
+from consumers.runtime.tracker import TopicPartition as Partition
+from contextcore.errors import InfrastructureUnavailable
+
+
+def inbound_of(record: ConsumerRecord[bytes, bytes]) -> Inbound:
+    headers = tuple((str(name), bytes(value or b"")) for name, value in record.headers or ())
+    return Inbound(
+        topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        key=record.key,
+        value=record.value,
+        headers=headers,
+    )
+
+
+class AiokafkaPublisher:
+    """Publishes with ``acks=all`` and waits for the acknowledgement (no idempotent producer:
+    Tansu refuses one, and every consumer is idempotent instead)."""
+
+    def __init__(self, kafka: KafkaSettings, *, client_id: str) -> None:
+        self._kafka = kafka
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=kafka.require_bootstrap_servers(),
+            client_id=client_id,
+            acks="all",
+            enable_idempotence=False,
+            linger_ms=0,
+            request_timeout_ms=kafka.request_timeout_ms,
+            max_request_size=max(1_048_576, kafka.max_record_bytes + 4_096),
+        )
+
+    async def start(self) -> None:
+        try:
+            await asyncio.wait_for(self._producer.start(), self._kafka.connect_timeout_s)
+        except (TimeoutError, KafkaConnectionError, OSError) as error:
+            await self._producer.stop()
+            raise InfrastructureUnavailable(
+                f"cannot reach the Kafka broker at {self._kafka.bootstrap_servers}: "
+                f"{error or 'timed out'}"
+            ) from error
+
+    async def stop(self) -> None:
+        await self._producer.stop()
+
+    async def publish(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes]],
+    ) -> None:
+        try:
+            await self._producer.send_and_wait(topic, value, key=key, headers=list(headers))
+        except KafkaError as error:
+            raise PublishError(
+                f"{type(error).__name__}: {error}", retriable=bool(error.retriable)
+            ) from error
+        except TimeoutError as error:
+            raise PublishError("no acknowledgement in time", retriable=True) from error
+
+
+class ConsumerCommitter:
+    """Commits through the subscriber's own consumer (the group's member)."""
+
+    def __init__(self, consumer: AIOKafkaConsumer) -> None:
+        self._consumer = consumer
+
+    async def commit(self, positions: Mapping[Partition, int]) -> None:
+        await self._consumer.commit(
+            {
+                TopicPartition(topic, partition): offset
+                for (topic, partition), offset in positions.items()
+            }
+        )
+
+
+class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Tells the delivery which partitions this member gained, and drains the ones it lost
+    before the group hands them to another member."""
+
+    def __init__(self, delivery: Callable[[], Delivery | None]) -> None:
+        self._delivery = delivery
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        delivery = self._delivery()
+        if delivery is not None and revoked:
+            await delivery.revoke([(tp.topic, tp.partition) for tp in revoked])
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        delivery = self._delivery()
+        if delivery is not None:
+            delivery.assign([(tp.topic, tp.partition) for tp in assigned])

@@ -1,0 +1,64 @@
+"""Dead-letter records that always fit. Pure.
+
+A dead letter names where the record came from, why it was parked and after how many attempts,
+and keeps as much of the payload as fits: at most ``payload_limit`` bytes of it, decoded as
+UTF-8 with replacement characters, with the original size and sha256 so the whole record can be
+found and compared. The serialised letter is kept under the broker's record limit whatever the
+payload holds (escaping can make JSON six times larger than its text).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from consumers.runtime.records import Inbound
+from schemas.envelope import DeadLetterV1, printable
+
+MAX_REASON_CHARS = 2_000
+
+
+def _cut(data: bytes, limit: int) -> str:
+    """At most ``limit`` bytes of ``data`` as text (a split character becomes U+FFFD)."""
+    return data[:limit].decode("utf-8", errors="replace")
+
+
+def dead_letter(
+    record: Inbound,
+    *,
+    cause: str,
+    reason: str,
+    consumer_group: str,
+    payload_limit: int,
+    max_bytes: int,
+) -> tuple[bytes, list[tuple[str, bytes]]]:
+    """The dead letter of ``record`` as (value, headers), serialised under ``max_bytes``."""
+    value = record.value or b""
+    first = record.first_position
+    limit = min(payload_limit, len(value))
+    while True:
+        letter = DeadLetterV1(
+            topic=first.topic,
+            partition=first.partition,
+            offset=first.offset,
+            consumer_group=consumer_group,
+            cause=cause,
+            reason=printable(reason)[:MAX_REASON_CHARS],
+            attempts=record.attempt,
+            key=None if record.key is None else printable(_cut(record.key, 1024)),
+            payload=printable(_cut(value, limit)),
+            payload_bytes=len(value),
+            payload_sha256=hashlib.sha256(value).hexdigest(),
+            payload_truncated=limit < len(value),
+        )
+        body = letter.model_dump_json().encode()
+        if len(body) <= max_bytes or limit == 0:
+            break
+        limit //= 2  # escaped control characters: keep less until it fits
+    headers = [
+        ("content-type", b"application/json"),
+        ("x-original-topic", first.topic.encode()),
+        ("x-original-partition", str(first.partition).encode()),
+        ("x-original-offset", str(first.offset).encode()),
+        ("x-dead-letter-cause", cause.encode()),
+    ]
+    return body, headers

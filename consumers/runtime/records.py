@@ -1,0 +1,167 @@
+"""What a handler receives and what it answers. Pure: no Kafka client here.
+
+A handler turns an :class:`Inbound` record into one :data:`Outcome`:
+
+* :class:`Reply`: publish this message on this topic (a reply, or an error reply);
+* :class:`Done`: the effect is applied and nothing is to be published;
+* :class:`DeadLetter`: the record can never be handled; park it with the reason;
+* :class:`Retry`: a transient failure; try again later (bounded, then a dead letter).
+
+Retry state travels in the record's own headers (docs/delivery.md): a retried record is
+re-published to its topic with ``contextcore-attempt`` one higher and ``contextcore-not-before``
+set, so the count survives a restart and a rebalance, and no process keeps it in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel
+
+HEADER_ATTEMPT = "contextcore-attempt"
+HEADER_NOT_BEFORE = "contextcore-not-before-ms"
+HEADER_FIRST_POSITION = "contextcore-first-position"
+HEADER_LAST_ERROR = "contextcore-last-error"
+RUNTIME_HEADERS = frozenset(
+    {HEADER_ATTEMPT, HEADER_NOT_BEFORE, HEADER_FIRST_POSITION, HEADER_LAST_ERROR}
+)
+
+Headers = Sequence[tuple[str, bytes]]
+
+
+def _header(headers: Headers, name: str) -> str | None:
+    for key, value in headers:
+        if key == name:
+            try:
+                return value.decode("ascii")
+            except (UnicodeDecodeError, AttributeError):
+                return None
+    return None
+
+
+def _positive_int(text: str | None) -> int | None:
+    if text is None or not text.isdigit() or len(text) > 18:
+        return None
+    return int(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    topic: str
+    partition: int
+    offset: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}/{self.partition}/{self.offset}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Position | None:
+        if text is None:
+            return None
+        topic, _, rest = text.rpartition("/")
+        topic, _, partition = topic.rpartition("/")
+        p, o = _positive_int(partition), _positive_int(rest)
+        if not topic or p is None or o is None:
+            return None
+        return cls(topic, p, o)
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One record as the runtime received it. Headers a client set are kept as they came."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @property
+    def position(self) -> Position:
+        return Position(self.topic, self.partition, self.offset)
+
+    @property
+    def attempt(self) -> int:
+        """1 for a first delivery; a retried record carries its attempt in a header."""
+        return max(_positive_int(_header(self.headers, HEADER_ATTEMPT)) or 1, 1)
+
+    @property
+    def not_before_ms(self) -> int | None:
+        """Wall-clock milliseconds before which a retried record is not handled again."""
+        return _positive_int(_header(self.headers, HEADER_NOT_BEFORE))
+
+    @property
+    def first_position(self) -> Position:
+        """Where the record first arrived (a retry is re-published elsewhere in the topic)."""
+        return Position.parse(_header(self.headers, HEADER_FIRST_POSITION)) or self.position
+
+    @property
+    def last_error(self) -> str | None:
+        return _header(self.headers, HEADER_LAST_ERROR)
+
+    def own_headers(self) -> list[tuple[str, bytes]]:
+        """The client's headers, without the runtime's retry headers."""
+        return [(k, v) for k, v in self.headers if k not in RUNTIME_HEADERS]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Publish ``message`` on ``topic`` with ``correlation_id``.
+
+    ``fallback`` answers the same request when ``message`` cannot be serialised or the broker
+    refuses it (too large): a small error reply, so the caller is told instead of waiting.
+    """
+
+    topic: str
+    correlation_id: str
+    message: BaseModel
+    fallback: Callable[[str], BaseModel] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """The effect is applied; nothing to publish."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """Park the record: ``cause`` is a short label (a metric label), ``reason`` the detail."""
+
+    cause: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A transient failure: handle the record again later, up to the attempt limit."""
+
+    cause: str
+    reason: str
+
+
+Outcome = Reply | Done | DeadLetter | Retry
+
+
+@dataclass
+class Stopwatch:
+    """Per-stage timings of one record (``decode``, ``build``, ``publish`` …), in seconds."""
+
+    clock: Callable[[], float] = time.perf_counter
+    laps: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = self.clock()
+        try:
+            yield
+        finally:
+            self.laps[name] = self.laps.get(name, 0.0) + self.clock() - started
+
+
+def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
+    """The wait before attempt ``attempt + 1``: ``base_s`` doubling per attempt, capped."""
+    return float(min(base_s * 2 ** min(max(attempt - 1, 0), 60), max_s))

@@ -1,0 +1,40 @@
+"""The knobs every consumer has. Each consumer subclasses :class:`ConsumerSettings` with its own
+environment prefix (``CONTEXTCORE_BUILD_``, …), so two consumers on one host never share one."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ConsumerSettings(BaseSettings):
+    model_config = SettingsConfigDict(extra="ignore", frozen=True)
+
+    group_id: str
+    metrics_port: int = Field(ge=0, le=65535)
+    """Port of ``/metrics``, ``/healthz`` and ``/readyz``; 0 turns the endpoint off."""
+    max_in_flight: int = Field(default=64, ge=1, le=10_000)
+    """Records handled at once by one process; the fetch waits while all slots are busy."""
+    handle_timeout_s: float = Field(default=30.0, gt=0)
+    """A handler that takes longer is cancelled and its record retried."""
+    stuck_after_s: float = Field(default=60.0, gt=0)
+    """``/healthz`` fails while a record has been in flight longer than this (liveness)."""
+    drain_timeout_s: float = Field(default=20.0, gt=0)
+    """On SIGTERM or a revoked partition: how long in-flight records may take to finish."""
+    max_attempts: int = Field(default=4, ge=1, le=100)
+    """A retriable failure is tried this many times in all, then dead-lettered."""
+    retry_backoff_s: float = Field(default=0.2, gt=0)
+    """Back-off before the second attempt; it doubles per attempt up to the maximum."""
+    retry_backoff_max_s: float = Field(default=10.0, gt=0)
+    dead_letter_payload_bytes: int = Field(default=64 * 1024, ge=256)
+    """A dead letter keeps at most this much of the original record (with its size and sha256)."""
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Self:
+        if self.retry_backoff_max_s < self.retry_backoff_s:
+            raise ValueError("retry_backoff_max_s must be at least retry_backoff_s")
+        if self.stuck_after_s <= self.handle_timeout_s:
+            raise ValueError("stuck_after_s must exceed handle_timeout_s")
+        return self

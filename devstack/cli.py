@@ -1,0 +1,62 @@
+"""``contextcore-dev``: the embedded dev stack and the demo.
+
+    contextcore-dev up|down|status|env   the embedded broker + PostgreSQL on 127.0.0.1
+    contextcore-dev demo [--serve]       the main job end to end on the embedded default
+
+``env`` prints the exports of the four addresses: the broker, the runtime login, the schema
+owner and the cluster's administrator (dev only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from broker.settings import TopicSettings
+from broker.topics import all_topics
+from contextcore.errors import run_command
+from devstack.demo import run_demo
+from devstack.stack import DevStack
+
+
+async def _stack(action: str) -> int:
+    stack = DevStack()
+    if action == "up":
+        report = await stack.up(all_topics(TopicSettings()))
+        print("\n".join(report.lines(stack.home)))
+    elif action == "down":
+        broker, postgres = await asyncio.to_thread(stack.down)
+        print(
+            f"broker {'stopped' if broker else 'was not running'}; "
+            f"postgres {'stopped' if postgres else 'was not running'}"
+        )
+    elif action == "status":
+        broker, postgres = stack.status()
+        print(f"broker {'up' if broker else 'down'}; postgres {'up' if postgres else 'down'}")
+        return 0 if broker and postgres else 1
+    else:
+        print(stack.addresses.exports())
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="contextcore-dev",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("action", choices=["up", "down", "status", "env", "demo"])
+    parser.add_argument("--serve", action="store_true", help="demo: keep the consumer running")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if args.action == "demo":
+        return run_command("contextcore-dev", lambda: asyncio.run(run_demo(args.serve)))
+    return run_command("contextcore-dev", lambda: asyncio.run(_stack(args.action)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""``contextcore-dev demo``: the main job end to end on the embedded default.
+
+Starts (or reuses) the embedded broker and PostgreSQL unless the addresses are set, provisions
+the two credentials, applies the schema as the owner, seeds the demo organization as the
+administrator (standing in for the application that owns those rows), starts the build
+consumer as its own process with the runtime login, sends one build request that reads all
+five sources, and prints the brief and the reply.
+
+With ``CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS`` set, nothing embedded starts; the database URLs
+(``CONTEXTCORE_DATABASE_URL``, ``_OWNER_URL`` and ``_ADMIN_URL``) must then be set too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import time
+
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import all_topics
+from contextcore.models import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
+from contextcore.settings import DatabaseSettings
+from contextcore.storage import migrations
+from contextcore.storage.pool import connect, with_database
+from contextcore.storage.provision import Login, provision
+from devstack import demo_seed
+from devstack.stack import DevStack
+from producers.client import ContextClient
+
+DEMO_POLICY = {
+    "total_token_budget": 1200,
+    "sources": [
+        {"name": "conversation", "token_budget": 300},
+        {"name": "application", "token_budget": 400, "required": True},
+        {"name": "dossier", "token_budget": 250, "options": {"include_user": True}},
+        {"name": "definition_summary", "token_budget": 100},
+        {"name": "run_history", "token_budget": 150},
+    ],
+}
+
+
+def runtime_environ(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without the owner's and the administrator's credentials: what a service gets."""
+    privileged = {"CONTEXTCORE_DATABASE_OWNER_URL", "CONTEXTCORE_DATABASE_ADMIN_URL"}
+    return {name: value for name, value in env.items() if name not in privileged}
+
+
+async def run_demo(serve: bool) -> int:
+    if not os.environ.get("CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS"):
+        print("== starting the embedded broker and PostgreSQL")
+        stack = DevStack()
+        report = await stack.up(all_topics(TopicSettings()))
+        print("\n".join(report.lines(stack.home)))
+        os.environ.update(report.addresses.environ())
+    env = dict(os.environ)
+    database = DatabaseSettings()
+    print("== provisioning, applying the schema and seeding the demo organization")
+    admin_url = database.require_admin_url()
+    await provision(
+        admin_url, owner_url=database.require_owner_url(), runtime_url=database.require_url()
+    )
+    conn = await connect(database.require_owner_url())
+    try:
+        done = await migrations.apply_pending(conn)
+        print("\n".join(f"applied {m.label}" for m in done) or "schema is up to date")
+    finally:
+        await conn.close()
+    seeder = await connect(with_database(admin_url, Login.of(database.require_url()).database))
+    try:
+        await demo_seed.seed_demo(seeder)
+    finally:
+        await seeder.close()
+    print("== starting the build consumer (as the runtime login)")
+    consumer = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "consumers.cli", "serve", "build", env=runtime_environ(env)
+    )
+    try:
+        request = ContextRequest(
+            subject=ContextSubject(
+                organization_id=demo_seed.ORGANIZATION,
+                user_id=demo_seed.USER,
+                trigger_id=None,
+                definition_id=None,
+            ),
+            query="What should I know before I call Ada at Acme?",
+            entities=(
+                ResourceRef(kind="crm.company", id=str(demo_seed.ACME), label="Acme"),
+                ResourceRef(kind="crm.deal", id=str(demo_seed.RENEWAL)),
+            ),
+            conversation_id=demo_seed.CONVERSATION,
+        )
+        policy = ContextPolicy.model_validate(DEMO_POLICY)
+        print("== sending a demo build request")
+        started = time.perf_counter()
+        async with ContextClient.from_settings(KafkaSettings(), TopicSettings()) as client:
+            reply = await client.request(request, policy, timeout=60.0)
+        print(f"== reply after {time.perf_counter() - started:.2f} s (includes the group join)")
+        if reply.brief is not None:
+            print(reply.brief.text)
+            print("==")
+        print(json.dumps(reply.model_dump(mode="json"), indent=2))
+        if serve:
+            print("== serving; Ctrl-C stops the consumer (`contextcore-dev down` stops the stack)")
+            await consumer.wait()
+        return 0 if reply.status == "ok" else 1
+    finally:
+        if consumer.returncode is None:
+            consumer.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(consumer.wait(), 30)
