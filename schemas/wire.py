@@ -70,8 +70,12 @@ def _has_lone_surrogate(text: str) -> bool:
     return False
 
 
-def decode(value: bytes | None) -> Any:
+def decode(value: bytes | None, *, lenient: tuple[tuple[str, ...], ...] = ()) -> Any:
     """The JSON value of ``value``.
+
+    ``lenient`` names subtrees where a lone surrogate is left for the message model to refuse
+    element by element (``("request", "entities")``: a malformed ref is dropped, not the
+    request).
 
     Raises:
         WireError: not UTF-8, not JSON, too deep, a number out of range, or a lone surrogate.
@@ -96,7 +100,7 @@ def decode(value: bytes | None) -> Any:
         # JSONDecodeError, and int() refusing more than 4,300 digits
         raise WireError("not_json", f"not JSON: {str(error)[:200]}") from None
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
-        _lone_surrogates(data)
+        _lone_surrogates(data, lenient)
     return data
 
 
@@ -111,11 +115,13 @@ def _max_depth(text: str) -> int:
     return max(itertools.accumulate(steps, initial=0))
 
 
-def _lone_surrogates(data: Any) -> None:
+def _lone_surrogates(data: Any, lenient: tuple[tuple[str, ...], ...]) -> None:
     """Walk the decoded value (iteratively) and refuse a key or string with a lone surrogate."""
     stack: list[tuple[Any, list[str | int]]] = [(data, [])]
     while stack:
         node, path = stack.pop()
+        if any(tuple(path[: len(prefix)]) == prefix for prefix in lenient):
+            continue
         if isinstance(node, dict):
             for key, child in node.items():
                 if _has_lone_surrogate(key):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -87,3 +88,70 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+class Librdkafka:
+    """A synchronous librdkafka (confluent-kafka) client, as a foreign service would use one:
+    it publishes records and reads one reply topic from its beginning."""
+
+    def __init__(self, bootstrap: str, reply_topic: str) -> None:
+        from confluent_kafka import (
+            OFFSET_BEGINNING,
+            Consumer,
+            KafkaException,
+            Producer,
+            TopicPartition,
+        )
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+        # One partition, made before anything replies (Tansu would auto-create four).
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        created = admin.create_topics(
+            [NewTopic(reply_topic, num_partitions=1, replication_factor=1)]
+        )
+        try:
+            created[reply_topic].result(30)
+        except KafkaException as error:
+            if "already exists" not in str(error).lower():
+                raise
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 0, "message.max.bytes": 2_000_000}
+        )
+        self.reader = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "unused",  # assigned, never subscribed: no group join
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        self.reader.assign([TopicPartition(reply_topic, 0, OFFSET_BEGINNING)])
+        self.replies: dict[str, dict[str, Any]] = {}
+
+    def send(self, topic: str, value: bytes, key: bytes) -> tuple[int, int]:
+        """Publish and wait for the acknowledgement; the record's (partition, offset)."""
+        where: list[tuple[int, int]] = []
+
+        def delivered(error: Any, message: Any) -> None:
+            assert error is None, error
+            where.append((message.partition(), message.offset()))
+
+        self.producer.produce(topic, value, key=key, on_delivery=delivered)
+        self.producer.flush(30)
+        assert where, "the broker did not acknowledge the record"
+        return where[0]
+
+    def reply(self, correlation_id: str, timeout: float = 30.0) -> dict[str, Any]:
+        """The reply with ``correlation_id`` (keeping every other reply read meanwhile)."""
+        deadline = time.monotonic() + timeout
+        while correlation_id not in self.replies:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no reply to {correlation_id} within {timeout} s"
+            message = self.reader.poll(min(remaining, 0.2))
+            if message is not None and message.error() is None:
+                reply = json.loads(message.value() or b"null")
+                self.replies[reply["correlation_id"]] = reply
+        return self.replies[correlation_id]
+
+    def close(self) -> None:
+        self.reader.close()

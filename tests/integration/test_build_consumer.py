@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import urllib.request
 import uuid
 
@@ -15,7 +14,6 @@ from broker.topics import dead_letter_topic
 from tests.integration import seed
 from tests.integration.conftest import Config, Database, StartConsumer
 from tests.integration.helpers import (
-    assigned_reader,
     free_port,
     producer,
     read_json,
@@ -102,49 +100,6 @@ async def test_invalid_request_with_a_readable_address_gets_an_error_reply(
     assert reply["status"] == "error"
     assert reply["error"]["code"] == "invalid_request"
     assert any("policy.total_token_budget" in line for line in reply["error"]["details"])
-
-
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("crash", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
-async def test_restarting_the_consumer_mid_stream_loses_no_request(
-    config: Config, start_consumer: StartConsumer, crash: int
-) -> None:
-    bootstrap = config.bootstrap
-    reply_topic = config.reply_topic("restart")
-    expected = {f"corr-{i}" for i in range(300)}
-    send = await producer(bootstrap)
-    try:
-        for correlation_id in sorted(expected):
-            message = request_message(correlation_id, reply_topic)
-            await send.send(
-                config.request_topic,
-                json.dumps(message).encode(),
-                key=correlation_id.encode(),
-            )
-        await send.flush()
-    finally:
-        await send.stop()
-
-    reader = await assigned_reader(bootstrap, reply_topic)
-    first = await start_consumer(config)
-    seen: list[str] = []
-    restarted = False
-    try:
-        async with asyncio.timeout(200):
-            while not expected.issubset(seen):
-                batch = await reader.getmany(timeout_ms=200)
-                for records in batch.values():
-                    seen.extend(json.loads(r.value)["correlation_id"] for r in records)
-                if not restarted and len(seen) >= 30:
-                    await first.stop(crash)  # mid-stream: replies sent, more still queued
-                    restarted = True
-                    await start_consumer(config)
-    finally:
-        await reader.stop()
-
-    assert restarted
-    assert set(seen) == expected  # every request answered, no stray correlation id
-    assert len(seen) >= len(expected)  # duplicates allowed, each marked by its correlation id
 
 
 async def test_source_failures_reach_the_reply_through_kafka(

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
-from producers.client import BuildFailed, ContextClient, ReplyTimeout
+from producers.client import BuildFailed, ContextClient, DuplicateCorrelationId, ReplyTimeout
 from tests.integration.conftest import Config, Database, StartConsumer, spawn_build_consumer
 from tests.integration.helpers import free_port
 
@@ -107,3 +107,22 @@ async def test_consumer_without_settings_exits_with_one_line(config: Config) -> 
     assert code == 2
     assert err.strip().startswith("contextcore: CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is not set")
     assert len(err.strip().splitlines()) == 1
+
+
+async def test_a_correlation_id_in_flight_cannot_be_awaited_twice(
+    config: Config, start_consumer: StartConsumer
+) -> None:
+    """Issue 7, defect 2: a second waiter on one id used to replace the first, and organization
+    B's caller received organization A's brief. The second request is now refused."""
+    await start_consumer(config)
+    other = REQUEST.model_copy(
+        update={"subject": REQUEST.subject.model_copy(update={"organization_id": uuid.UUID(int=8)})}
+    )
+    async with ContextClient.from_settings(config.kafka, config.topics) as client:
+        first = asyncio.create_task(client.request(REQUEST, POLICY, timeout=30, correlation_id="X"))
+        await asyncio.sleep(0)  # the first request is registered and on its way
+        with pytest.raises(DuplicateCorrelationId, match="'X' already awaits a reply"):
+            await client.build(other, POLICY, timeout=30, correlation_id="X")
+        assert (await first).correlation_id == "X"
+        again = await client.request(other, POLICY, timeout=30, correlation_id="X")  # free again
+    assert again.status == "ok"

@@ -1,0 +1,408 @@
+"""The delivery pipeline against tiny fakes of its ports (publisher, committer, handler).
+
+What these prove is the runtime's own logic: one outcome per record, commits that never pass an
+unfinished record, retries counted in headers, bounded dead letters, drains. The same paths run
+through the real broker in ``tests/integration/test_delivery_runtime.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel
+
+from consumers.runtime.delivery import Delivery, PublishError
+from consumers.runtime.letters import dead_letter
+from consumers.runtime.metrics import RuntimeMetrics
+from consumers.runtime.records import (
+    HEADER_ATTEMPT,
+    HEADER_FIRST_POSITION,
+    HEADER_NOT_BEFORE,
+    DeadLetter,
+    Done,
+    Inbound,
+    Outcome,
+    Reply,
+    Stopwatch,
+    backoff_s,
+)
+from consumers.runtime.settings import ConsumerSettings
+from consumers.runtime.tracker import PartitionTracker
+from schemas.envelope import DeadLetterV1
+
+
+class Message(BaseModel):
+    text: str
+
+
+@dataclass
+class Sent:
+    topic: str
+    value: bytes
+    key: bytes | None
+    headers: dict[str, bytes]
+
+
+@dataclass
+class FakePublisher:
+    failures: dict[str, list[PublishError]] = field(default_factory=dict)
+    sent: list[Sent] = field(default_factory=list)
+
+    async def publish(
+        self, topic: str, value: bytes, *, key: bytes | None, headers: Sequence[tuple[str, bytes]]
+    ) -> None:
+        await asyncio.sleep(0)
+        queued = self.failures.get(topic)
+        if queued:
+            raise queued.pop(0)
+        self.sent.append(Sent(topic, value, key, dict(headers)))
+
+    def to(self, topic: str) -> list[Sent]:
+        return [s for s in self.sent if s.topic == topic]
+
+
+@dataclass
+class FakeCommitter:
+    commits: list[dict[tuple[str, int], int]] = field(default_factory=list)
+
+    async def commit(self, positions: Mapping[tuple[str, int], int]) -> None:
+        self.commits.append(dict(positions))
+
+    def last(self, partition: tuple[str, int] = ("t", 0)) -> int | None:
+        found = [c[partition] for c in self.commits if partition in c]
+        return found[-1] if found else None
+
+
+class Scripted:
+    """A handler whose outcome per offset is scripted; it can wait on a gate per offset."""
+
+    def __init__(self, outcome: Callable[[Inbound], Outcome]) -> None:
+        self.outcome = outcome
+        self.gates: dict[int, asyncio.Event] = {}
+        self.seen: list[int] = []
+
+    def hold(self, *offsets: int) -> None:
+        for offset in offsets:
+            self.gates[offset] = asyncio.Event()
+
+    async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        self.seen.append(record.offset)
+        if record.offset in self.gates:
+            await self.gates[record.offset].wait()
+        return self.outcome(record)
+
+
+def reply(record: Inbound) -> Outcome:
+    return Reply("replies", f"c-{record.offset}", Message(text=f"answer {record.offset}"))
+
+
+def settings(**changes: Any) -> ConsumerSettings:
+    values: dict[str, Any] = {
+        "group_id": "g",
+        "metrics_port": 0,
+        "max_in_flight": 8,
+        "handle_timeout_s": 5.0,
+        "stuck_after_s": 10.0,
+        "drain_timeout_s": 2.0,
+        "max_attempts": 3,
+        "retry_backoff_s": 0.01,
+        "retry_backoff_max_s": 0.05,
+        "dead_letter_payload_bytes": 256,
+    }
+    return ConsumerSettings.model_construct(**{**values, **changes})
+
+
+def record(
+    offset: int, value: bytes = b"{}", partition: int = 0, headers: dict[str, bytes] | None = None
+) -> Inbound:
+    return Inbound("t", partition, offset, b"k", value, tuple((headers or {}).items()))
+
+
+class Rig:
+    def __init__(self, handler: Scripted, **changes: Any) -> None:
+        self.publisher = FakePublisher()
+        self.committer = FakeCommitter()
+        self.handler = handler
+        self.delivery = Delivery(
+            consumer="test",
+            handler=handler,
+            publisher=self.publisher,
+            settings=settings(**changes),
+            max_record_bytes=4_096,
+            metrics=RuntimeMetrics.create(),
+        )
+        self.delivery.assign([("t", 0), ("t", 1)])
+        self.delivery.start(self.committer)
+
+    async def settle(self) -> None:
+        """Let every started record finish and the committer run."""
+        for _ in range(50):
+            await asyncio.sleep(0)
+        while self.delivery._tasks:
+            await asyncio.gather(*self.delivery._tasks)
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        await self.delivery.close()
+
+
+# ---------------------------------------------------------------------------- pure pieces
+
+
+def test_a_commit_position_never_passes_an_unfinished_record() -> None:
+    tracker = PartitionTracker()
+    for offset in (5, 6, 7, 9):
+        assert tracker.start(offset, now=0.0)
+    assert not tracker.start(6, now=0.0)  # a duplicate delivery is not tracked twice
+    assert tracker.finish(7) is None  # 5 and 6 are still running
+    assert tracker.finish(6) is None
+    assert tracker.oldest_start() == 0.0
+    assert tracker.finish(5) == 8  # 5, 6, 7 are done; 9 is not
+    assert tracker.in_flight == 1
+    assert tracker.finish(9) == 10  # offsets may have gaps (compaction, retried records)
+    assert tracker.oldest_start() is None
+    assert not tracker.start(3, now=1.0)  # below the position: already handled
+
+
+def test_backoff_doubles_and_is_capped() -> None:
+    assert [backoff_s(n, base_s=0.2, max_s=1.0) for n in (1, 2, 3, 4, 99)] == [
+        0.2,
+        0.4,
+        0.8,
+        1.0,
+        1.0,
+    ]
+
+
+def test_a_dead_letter_always_fits_and_keeps_size_and_digest() -> None:
+    payload = b"\x01" * 100_000  # each byte escapes to six in JSON
+    body, headers = dead_letter(
+        record(41, payload),
+        cause="not_json",
+        reason="bad \ud800 input " * 500,
+        consumer_group="g",
+        payload_limit=64 * 1024,
+        max_bytes=50_000,
+    )
+    letter = DeadLetterV1.model_validate_json(body)
+    assert len(body) <= 50_000
+    assert (letter.topic, letter.partition, letter.offset) == ("t", 0, 41)
+    assert letter.payload_bytes == 100_000
+    assert letter.payload_sha256 == hashlib.sha256(payload).hexdigest()
+    assert letter.payload_truncated
+    assert 0 < len(letter.payload) < 100_000
+    assert len(letter.reason) <= 2_000
+    assert "\ud800" not in letter.reason  # printable: it could be published
+    assert dict(headers)["x-original-offset"] == b"41"
+
+
+def test_a_retried_record_keeps_its_first_position_and_attempt() -> None:
+    retried = record(
+        90,
+        headers={
+            HEADER_ATTEMPT: b"3",
+            HEADER_FIRST_POSITION: b"t/1/12",
+            HEADER_NOT_BEFORE: b"1000",
+        },
+    )
+    assert retried.attempt == 3
+    assert str(retried.first_position) == "t/1/12"
+    assert retried.not_before_ms == 1000
+    assert retried.own_headers() == []
+    forged = record(1, headers={HEADER_ATTEMPT: b"-5", HEADER_FIRST_POSITION: b"nonsense"})
+    assert forged.attempt == 1
+    assert str(forged.first_position) == "t/0/1"
+
+
+# ---------------------------------------------------------------------------- the pipeline
+
+
+async def test_records_finish_out_of_order_and_commits_wait_for_the_lowest() -> None:
+    handler = Scripted(reply)
+    handler.hold(0, 1)
+    rig = Rig(handler)
+    for offset in range(4):
+        await rig.delivery.submit(record(offset))
+    await asyncio.sleep(0.01)
+    assert sorted(s.value for s in rig.publisher.to("replies")) == [
+        b'{"text":"answer 2"}',
+        b'{"text":"answer 3"}',
+    ]
+    assert rig.committer.last() is None  # 0 and 1 are still in flight
+    handler.gates[1].set()
+    await asyncio.sleep(0.01)
+    assert rig.committer.last() is None
+    handler.gates[0].set()
+    await rig.settle()
+    assert rig.committer.last() == 4
+    await rig.close()
+
+
+async def test_slots_bound_the_records_in_flight() -> None:
+    handler = Scripted(reply)
+    handler.hold(0, 1)
+    rig = Rig(handler, max_in_flight=2)
+    await rig.delivery.submit(record(0))
+    await rig.delivery.submit(record(1))
+    third = asyncio.create_task(rig.delivery.submit(record(2)))
+    await asyncio.sleep(0.01)
+    assert not third.done()  # the fetch waits with it
+    handler.gates[0].set()
+    await asyncio.wait_for(third, 1)
+    handler.gates[1].set()
+    await rig.settle()
+    assert sorted(handler.seen) == [0, 1, 2]
+    await rig.close()
+
+
+async def test_a_handler_that_raises_is_retried_through_the_topic_then_dead_lettered() -> None:
+    def explode(record: Inbound) -> Outcome:
+        raise RuntimeError("the database went away")
+
+    rig = Rig(Scripted(explode))
+    await rig.delivery.submit(record(7, b"payload"))
+    await rig.settle()
+    [retry] = rig.publisher.to("t")
+    assert (retry.value, retry.key) == (b"payload", b"k")
+    assert retry.headers[HEADER_ATTEMPT] == b"2"
+    assert retry.headers[HEADER_FIRST_POSITION] == b"t/0/7"
+    assert int(retry.headers[HEADER_NOT_BEFORE]) > 0
+    assert rig.committer.last() == 8  # the original is done: its retry is a new record
+
+    headers = {**retry.headers, HEADER_ATTEMPT: b"3"}  # as the third delivery carries them
+    last = Inbound("t", 0, 8, b"k", b"payload", tuple(headers.items()))
+    await rig.delivery.submit(last)
+    await rig.settle()
+    [letter] = rig.publisher.to("t.dlt")
+    parsed = DeadLetterV1.model_validate_json(letter.value)
+    assert (parsed.cause, parsed.attempts, parsed.offset) == ("gave_up", 3, 7)
+    assert "RuntimeError: the database went away" in parsed.reason
+    assert rig.committer.last() == 9
+    await rig.close()
+
+
+async def test_a_reply_that_cannot_be_serialised_or_is_too_large_becomes_its_fallback() -> None:
+    def broken(record: Inbound) -> Outcome:
+        text = "\ud800" if record.offset == 0 else "x" * 10_000
+        return Reply(
+            "replies",
+            f"c-{record.offset}",
+            Message(text=text),
+            fallback=lambda reason: Message(text=f"error: {reason}"),
+        )
+
+    rig = Rig(Scripted(broken))
+    await rig.delivery.submit(record(0))
+    await rig.delivery.submit(record(1))
+    await rig.settle()
+    texts = sorted(json.loads(s.value)["text"] for s in rig.publisher.to("replies"))
+    assert texts[0].startswith("error: the reply to 'replies' cannot be sent: it could not be")
+    assert texts[1].startswith("error: the reply to 'replies' cannot be sent: it is 10011 bytes")
+    assert rig.committer.last() == 2
+    await rig.close()
+
+
+async def test_publish_failures_retry_fall_back_or_dead_letter_as_they_must() -> None:
+    rig = Rig(Scripted(reply))
+    rig.publisher.failures["replies"] = [PublishError("leader moved", retriable=True)]
+    await rig.delivery.submit(record(0))
+    await rig.settle()
+    assert rig.publisher.to("t")[0].headers[HEADER_ATTEMPT] == b"2"  # retried later
+
+    def with_fallback(record: Inbound) -> Outcome:
+        return Reply("replies", "c", Message(text="big"), fallback=lambda r: Message(text=r))
+
+    rig = Rig(Scripted(with_fallback))
+    rig.publisher.failures["replies"] = [PublishError("too large", retriable=False)]
+    await rig.delivery.submit(record(0))
+    await rig.settle()
+    [sent] = rig.publisher.to("replies")
+    assert "the broker refused it: too large" in json.loads(sent.value)["text"]
+
+    rig = Rig(Scripted(with_fallback))
+    rig.publisher.failures["replies"] = [
+        PublishError("too large", retriable=False),
+        PublishError("topic gone", retriable=False),
+    ]
+    await rig.delivery.submit(record(0))
+    await rig.settle()
+    [letter] = rig.publisher.to("t.dlt")
+    assert DeadLetterV1.model_validate_json(letter.value).cause == "reply_refused"
+    await rig.close()
+
+
+async def test_a_dead_letter_the_broker_refuses_is_tried_again_until_it_is_taken() -> None:
+    rig = Rig(Scripted(lambda r: DeadLetter("not_json", "garbage")))
+    rig.publisher.failures["t.dlt"] = [PublishError("broker down", retriable=True)] * 3
+    await rig.delivery.submit(record(0, b"garbage"))
+    await asyncio.sleep(0.01)
+    assert rig.committer.last() is None  # not committed while the letter is not out
+    await asyncio.wait_for(rig.settle(), 5)
+    assert len(rig.publisher.to("t.dlt")) == 1
+    assert rig.committer.last() == 1
+    await rig.close()
+
+
+async def test_a_retried_record_waits_out_its_back_off_capped() -> None:
+    rig = Rig(Scripted(lambda r: Done()), retry_backoff_max_s=0.05)
+    far_future = str(10**15).encode()  # a forged header cannot park a slot for long
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await rig.delivery.submit(Inbound("t", 0, 0, None, b"{}", ((HEADER_NOT_BEFORE, far_future),)))
+    await rig.settle()
+    assert 0.04 <= loop.time() - started < 1.0
+    await rig.close()
+
+
+async def test_close_drains_in_flight_records_and_commits() -> None:
+    handler = Scripted(reply)
+    handler.hold(1)
+    rig = Rig(handler, drain_timeout_s=0.2)
+    await rig.delivery.submit(record(0))
+    await rig.delivery.submit(record(1))  # never finishes: cancelled at the deadline
+    await rig.delivery.close()
+    assert rig.committer.last() == 1  # 0 committed, 1 left for the next owner
+    await rig.delivery.submit(record(2))  # after close nothing starts
+    assert handler.seen == [0, 1]
+
+
+async def test_a_revoked_partition_drains_and_commits_before_it_is_handed_over() -> None:
+    handler = Scripted(reply)
+    handler.hold(0)
+    rig = Rig(handler)
+    await rig.delivery.submit(record(0, partition=1))
+    revoking = asyncio.create_task(rig.delivery.revoke([("t", 1)]))
+    await asyncio.sleep(0.01)
+    assert not revoking.done()  # waits for the record in flight
+    handler.gates[0].set()
+    await asyncio.wait_for(revoking, 1)
+    assert rig.committer.last(("t", 1)) == 1
+    await rig.delivery.submit(record(1, partition=1))  # no longer ours: not started
+    assert handler.seen == [0]
+    await rig.close()
+
+
+async def test_a_partition_stuck_past_the_limit_is_not_live() -> None:
+    handler = Scripted(reply)
+    handler.hold(0)
+    clock = [100.0]
+    rig = Rig(handler)
+    rig.delivery.clock = lambda: clock[0]
+    await rig.delivery.submit(record(0))
+    rig.delivery._refresh_snapshot()
+    assert rig.delivery.health().live
+    clock[0] += 11.0
+    rig.delivery._refresh_snapshot()
+    health = rig.delivery.health()
+    assert not health.live
+    assert health.reason == "t[0] has not moved for 11 s"
+    clock[0] += 20.0  # and a monitor that stopped running is not live either
+    assert rig.delivery.health().reason.startswith("the event loop has not run")
+    handler.gates[0].set()
+    await rig.close()
