@@ -1,0 +1,57 @@
+"""The AsyncAPI documents of the consumers, generated from their FastStream applications.
+
+    python -m devstack.asyncapi          write docs/asyncapi/<consumer>.yaml
+    python -m devstack.asyncapi --check  exit 1 when a committed document no longer matches
+
+CI runs the check (``tests/unit/test_asyncapi.py``): the documents describe the code as it is.
+They are generated from the default settings, never from this machine's environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from broker.settings import KafkaSettings, TopicSettings
+from consumers.build.app import create_app
+from consumers.build.settings import BuildSettings
+from contextcore.settings import DatabaseSettings
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "asyncapi"
+
+
+def documents() -> dict[str, str]:
+    """``{file name: YAML}`` for every consumer, from default settings only."""
+    build = create_app(
+        BuildSettings.model_construct(),
+        KafkaSettings.model_construct(bootstrap_servers="kafka:9092"),
+        TopicSettings.model_construct(),
+        DatabaseSettings.model_construct(),
+    )
+    specification = build.app.schema
+    assert specification is not None
+    return {"build.yaml": specification.to_specification().to_yaml()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devstack.asyncapi", description=__doc__)
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    args = parser.parse_args(argv)
+    stale = []
+    for name, text in documents().items():
+        path = DOCS / name
+        if args.check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+            print(f"wrote {path}")
+    for name in stale:
+        print(f"docs/asyncapi/{name} does not match the code: run python -m devstack.asyncapi")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
