@@ -154,10 +154,33 @@ async def seed(conn: asyncpg.Connection, orgs: list[Org]) -> None:
     await conn.execute("ANALYZE")
 
 
-def request_for(org: Org, rng: random.Random) -> ContextRequest:
-    entities = [ResourceRef(kind="crm.company", id=str(c)) for c in rng.sample(org.companies, 4)]
-    entities += [ResourceRef(kind="crm.person", id=str(p)) for p in rng.sample(org.people, 3)]
-    entities += [ResourceRef(kind="crm.deal", id=str(d)) for d in rng.sample(org.deals, 3)]
+TYPICAL_POLICY = ContextPolicy(
+    total_token_budget=1200,
+    sources=[
+        ContextSourceSpec(name="conversation", token_budget=300),
+        ContextSourceSpec(name="application", token_budget=400),
+        ContextSourceSpec(name="dossier", token_budget=250, options={"include_user": True}),
+        ContextSourceSpec(name="definition_summary", token_budget=100),
+        ContextSourceSpec(name="run_history", token_budget=150),
+    ],
+)
+"""The demo's policy: what one agent turn asks of all five sources."""
+
+
+def request_for(org: Org, rng: random.Random, *, typical: bool = False) -> ContextRequest:
+    """A turn about entities of ``org``: ten refs of three kinds (the heavy build of
+    ``bench/sources.py``), or a typical turn's two (a company and a deal, as in the demo)."""
+    if typical:
+        entities = [
+            ResourceRef(kind="crm.company", id=str(rng.choice(org.companies))),
+            ResourceRef(kind="crm.deal", id=str(rng.choice(org.deals))),
+        ]
+    else:
+        entities = [
+            ResourceRef(kind="crm.company", id=str(c)) for c in rng.sample(org.companies, 4)
+        ]
+        entities += [ResourceRef(kind="crm.person", id=str(p)) for p in rng.sample(org.people, 3)]
+        entities += [ResourceRef(kind="crm.deal", id=str(d)) for d in rng.sample(org.deals, 3)]
     return ContextRequest(
         subject=ContextSubject(
             organization_id=org.id, user_id=org.user, trigger_id=None, definition_id=None

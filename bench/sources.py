@@ -6,7 +6,7 @@ through COPY. Then, for random organizations, it reads each of the five sources 
 ``build`` calls (all five, concurrently, through the tenancy layer and RLS) and prints p50/p99,
 the queries each source sent, and the process's peak RSS. Prints figures; never passes or fails.
 
-    .venv/bin/python bench/sources.py [--organizations 100] [--builds 500]
+    .venv/bin/python -m bench.sources [--organizations 100] [--builds 500]
 
 Target (issue 4): p99 of a whole build under 15 ms on this machine.
 """

@@ -44,6 +44,7 @@ from contextcore.storage.pool import redact
 from contextcore.storage.provision import provision
 
 DATABASE = "contextcore"
+TANSU_FETCH_MAX_WAIT_MS = 2
 OWNER = "contextcore_owner"
 RUNTIME = "contextcore_runtime"
 _PG_UNPRIVILEGED_USERS = ("postgres", "contextcore-pg")
@@ -82,6 +83,9 @@ class StackAddresses:
     def environ(self) -> dict[str, str]:
         return {
             "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            # Tansu holds a waiting fetch to its end (Kafka answers it when a record arrives):
+            # a short wait keeps a request/reply hop at a few milliseconds.
+            "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": str(TANSU_FETCH_MAX_WAIT_MS),
             "CONTEXTCORE_DATABASE_URL": self.database_url,
             "CONTEXTCORE_DATABASE_OWNER_URL": self.owner_url,
             "CONTEXTCORE_DATABASE_ADMIN_URL": self.admin_url,

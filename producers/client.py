@@ -55,7 +55,7 @@ class ContextClient:
         bootstrap_servers: str,
         request_topic: str,
         reply_topic_prefix: str = "contextcore.reply",
-        fetch_max_wait_ms: int = 20,
+        fetch_max_wait_ms: int = 500,
         connect_timeout_s: float = 10.0,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers

@@ -427,6 +427,8 @@ class Delivery:
             if not await self._flush_commits():
                 await asyncio.sleep(0.5)  # a failed commit is tried again with the next ones
                 self._commit_wanted.set()
+            elif self.settings.commit_interval_s:
+                await asyncio.sleep(self.settings.commit_interval_s)  # coalesce what follows
 
     async def _flush_commits(self) -> bool:
         if not self._positions:

@@ -21,6 +21,9 @@ class ConsumerSettings(BaseSettings):
     """A handler that takes longer is cancelled and its record retried."""
     stuck_after_s: float = Field(default=60.0, gt=0)
     """``/healthz`` fails while a record has been in flight longer than this (liveness)."""
+    commit_interval_s: float = Field(default=0.05, ge=0)
+    """At most one offset commit per interval: positions that move meanwhile go in the next
+    one. A crash replays at most this much finished work (at least once)."""
     drain_timeout_s: float = Field(default=20.0, gt=0)
     """On SIGTERM or a revoked partition: how long in-flight records may take to finish."""
     max_attempts: int = Field(default=4, ge=1, le=100)

@@ -20,24 +20,24 @@ from contextcore.storage.tenancy import TenantDatabase, TenantQuery
 
 DEFAULT_MESSAGES = 20
 
-SUMMARY = TenantQuery(
-    "conversation.summary",
-    """
--- conversation.summary: the conversation of this tenant, if it exists and is the subject's to
--- read: the organization's (no user), or this user's own
-SELECT id, summary, summary_updated_at FROM conversations
-WHERE organization_id = $1 AND id = $2 AND (user_id IS NULL OR user_id = $3)
-""",
-)
-
 RECENT = TenantQuery(
-    "conversation.recent_messages",
+    "conversation.recent",
     """
--- conversation.recent_messages: newest first, bounded
-SELECT id, role, content, created_at FROM conversation_messages
-WHERE organization_id = $1 AND conversation_id = $2
-ORDER BY created_at DESC, id DESC
-LIMIT $3
+-- conversation.recent: the conversation of this tenant, if it exists and is the subject's to
+-- read (the organization's: no user; or this user's own), with its newest messages, newest
+-- first, bounded by $4. One row per message; a conversation without messages gives one row
+-- whose message columns are null; no row at all: missing, another tenant's or another
+-- person's conversation.
+SELECT c.summary, c.summary_updated_at, m.role, m.content, m.created_at
+FROM conversations AS c
+LEFT JOIN LATERAL (
+    SELECT role, content, created_at, id FROM conversation_messages
+    WHERE organization_id = $1 AND conversation_id = c.id
+    ORDER BY created_at DESC, id DESC
+    LIMIT $4
+) AS m ON true
+WHERE c.organization_id = $1 AND c.id = $2 AND (c.user_id IS NULL OR c.user_id = $3)
+ORDER BY m.created_at DESC, m.id DESC
 """,
 )
 
@@ -55,10 +55,11 @@ class ConversationContextSource:
             return []
         limit = DEFAULT_MESSAGES if spec.limit is None else spec.limit
         async with self.database.scoped(request.subject.organization_id) as tenant:
-            conversation = await tenant.fetchrow(SUMMARY, conversation_id, request.subject.user_id)
-            if conversation is None:  # missing, another tenant's, or another person's
-                return []
-            messages = await tenant.fetch(RECENT, conversation_id, limit)
+            rows = await tenant.fetch(RECENT, conversation_id, request.subject.user_id, limit)
+        if not rows:  # missing, another tenant's, or another person's
+            return []
+        conversation = rows[0]
+        messages = [row for row in rows if row["role"] is not None]
         ref = ResourceRef(kind="conversation", id=str(conversation_id))
         items = []
         if conversation["summary"]:

@@ -84,20 +84,13 @@ WHERE organization_id = $1 AND user_id = $2
 DOCUMENTS = TenantQuery(
     "dossier.documents",
     """
--- dossier.documents: active documents, newest first; $2 caps the count (NULL: no cap)
-SELECT title, summary, created_at FROM organization_documents
+-- dossier.documents: active documents, newest first; $2 caps the rows (NULL: no cap). Each row
+-- also carries the count of every active document, whatever the cap (the window runs before
+-- the LIMIT): one read for both.
+SELECT title, summary, created_at, count(*) OVER () AS total FROM organization_documents
 WHERE organization_id = $1 AND status = 'active'
 ORDER BY created_at DESC, id DESC
 LIMIT $2
-""",
-)
-
-DOCUMENT_COUNT = TenantQuery(
-    "dossier.document_count",
-    """
--- dossier.document_count: every active document, whatever the cap
-SELECT count(*) FROM organization_documents
-WHERE organization_id = $1 AND status = 'active'
 """,
 )
 
@@ -194,15 +187,15 @@ class DossierContextSource:
                         )
                     )
             if options.include_documents:
-                for row in await tenant.fetch(DOCUMENTS, spec.limit):
+                documents = await tenant.fetch(DOCUMENTS, spec.limit)
+                for row in documents:
                     items.append(
                         self._item(
                             f"Document: {row['title']}",
                             row["summary"] or "",
                         )
                     )
-                total = await tenant.fetchrow(DOCUMENT_COUNT)
-                count = total[0] if total is not None else 0
+                count = documents[0]["total"] if documents else 0
                 items.append(
                     self._item("Documents", f"The organization has {count} active document(s).")
                 )

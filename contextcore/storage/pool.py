@@ -36,13 +36,22 @@ async def connect(url: str, *, timeout_s: float = 5.0) -> asyncpg.Connection:
         raise _unreachable(url, error) from error
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Nothing to reset on release: every setting of a scope is transaction-local.
+
+    asyncpg still rolls back a transaction left open before this runs; its default reset
+    (``RESET ALL``, ``UNLISTEN *``, ``CLOSE ALL``, unlocks) costs a round trip per acquire and
+    undoes nothing our scopes leave behind.
+    """
+
+
 async def create_pool(
     url: str, *, timeout_s: float = 5.0, min_size: int = 1, max_size: int = 10
 ) -> asyncpg.Pool:
     """A pool whose first connections are open, or :class:`InfrastructureUnavailable`."""
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, timeout=timeout_s
+            url, min_size=min_size, max_size=max_size, timeout=timeout_s, reset=_keep_session
         )
     except (TimeoutError, OSError, asyncpg.PostgresError, ValueError) as error:
         raise _unreachable(url, error) from error

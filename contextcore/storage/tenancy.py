@@ -36,13 +36,15 @@ from contextcore.errors import InfrastructureUnavailable
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 SERVICE_ROLE = "contextcore_app"
 
-# Enter a scope: become the service role and name the organization or the platform, for this
-# transaction only (is_local = true).
-_ENTER_SCOPE = """
-SELECT set_config('role', $1, true),
-       set_config('contextcore.organization_id', $2, true),
-       set_config('contextcore.platform', $3, true)
-"""
+# Enter a scope: open the transaction, become the service role and name the organization or
+# the platform, for this transaction only (is_local = true). One round trip: a simple query of
+# two statements. Its only values are the role (checked against _ROLE_NAME), the text of a
+# UUID and a fixed word: nothing a caller supplies as free text.
+_ENTER_SCOPE = (
+    "BEGIN{mode}; SELECT set_config('role', '{role}', true), "
+    "set_config('contextcore.organization_id', '{organization}', true), "
+    "set_config('contextcore.platform', '{platform}', true)"
+)
 
 
 class Platform:
@@ -77,7 +79,11 @@ Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 
 
 class TenantConnection:
-    """A connection bound to one scope for one transaction."""
+    """A connection bound to one scope for one transaction.
+
+    The scope opens its transaction with a plain ``BEGIN`` (one round trip with the settings),
+    so asyncpg's ``Connection.transaction()`` cannot nest in it: use ``SAVEPOINT`` statements.
+    """
 
     def __init__(self, conn: Connection, organization_id: UUID | None) -> None:
         self._conn = conn
@@ -135,13 +141,28 @@ class TenantDatabase:
         if self.pool is None:
             raise InfrastructureUnavailable("this process has no database pool")
         organization = scope if isinstance(scope, UUID) else None
-        async with self.pool.acquire() as conn, conn.transaction(readonly=readonly):
-            # One round trip: set_config('role', …, true) is SET LOCAL ROLE, with the same
-            # membership check; every setting ends with the transaction.
-            await conn.execute(
-                _ENTER_SCOPE,
-                self.role,
-                "" if organization is None else str(organization),
-                "on" if organization is None else "",
-            )
-            yield TenantConnection(conn, organization)
+        enter = _ENTER_SCOPE.format(
+            mode=" READ ONLY" if readonly else "",
+            role=self.role,
+            organization="" if organization is None else str(organization),
+            platform="on" if organization is None else "",
+        )
+        async with self.pool.acquire() as conn:
+            try:
+                await conn.execute(enter)
+                yield TenantConnection(conn, organization)
+            except BaseException:
+                await _abandon(conn)
+                raise
+            await conn.execute("COMMIT")
+
+
+async def _abandon(conn: Connection) -> None:
+    """Roll back a scope that failed. A read cancelled mid-query (a source timeout) leaves the
+    connection busy with the cancellation: it is closed instead, and the pool opens another."""
+    if conn.is_closed() or not conn.is_in_transaction():
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        conn.terminate()

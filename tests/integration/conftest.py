@@ -39,7 +39,7 @@ from contextcore.storage import migrations
 from contextcore.storage.pool import with_database
 from contextcore.storage.provision import Login, provision_database, provision_roles
 from contextcore.storage.tenancy import TenantDatabase
-from devstack.stack import DevStack
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
 
 pytestmark = pytest.mark.integration
 
@@ -236,7 +236,9 @@ async def config(services: Services, database: Database) -> Config:
     tag = uuid.uuid4().hex[:12]
     config = Config(
         # model_construct: the defaults and these values, never this process's environment
-        kafka=KafkaSettings.model_construct(bootstrap_servers=services.bootstrap_servers),
+        kafka=KafkaSettings.model_construct(
+            bootstrap_servers=services.bootstrap_servers, fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS
+        ),
         topics=TopicSettings.model_construct(
             build_request=f"test.{tag}.build-request",
             build_request_partitions=4,

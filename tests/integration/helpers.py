@@ -11,6 +11,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from broker.topics import TopicSpec, ensure_topics
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
 
@@ -55,7 +56,7 @@ async def assigned_reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
         bootstrap_servers=bootstrap,
         group_id=None,
         auto_offset_reset="earliest",
-        fetch_max_wait_ms=20,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
         enable_auto_commit=False,
     )
     await consumer.start()
@@ -122,7 +123,7 @@ class Librdkafka:
                 "bootstrap.servers": bootstrap,
                 "group.id": "unused",  # assigned, never subscribed: no group join
                 "enable.auto.commit": False,
-                "fetch.wait.max.ms": 20,
+                "fetch.wait.max.ms": TANSU_FETCH_MAX_WAIT_MS,
             }
         )
         self.reader.assign([TopicPartition(reply_topic, 0, OFFSET_BEGINNING)])

@@ -105,12 +105,15 @@ def test_a_tenant_query_must_filter_by_the_organization_parameter() -> None:
 
 
 async def attempt(conn: Connection, *statements: str) -> object:
-    """Run ``statements`` in a savepoint (so a refusal leaves the scope usable); the last
-    one's first value."""
-    async with conn.transaction():
+    """Run ``statements`` in a savepoint that is rolled back whatever happens (a refusal, or a
+    RESET ROLE, leaves the scope as it was); the last statement's first value."""
+    await conn.execute("SAVEPOINT attempt")
+    try:
         for statement in statements[:-1]:
             await conn.execute(statement)
         return await conn.fetchval(statements[-1])
+    finally:
+        await conn.execute("ROLLBACK TO SAVEPOINT attempt")
 
 
 async def test_the_runtime_login_leaving_the_tenant_role_can_read_nothing(

@@ -113,6 +113,7 @@ def settings(**changes: Any) -> ConsumerSettings:
         "retry_backoff_s": 0.01,
         "retry_backoff_max_s": 0.05,
         "dead_letter_payload_bytes": 256,
+        "commit_interval_s": 0.0,
     }
     return ConsumerSettings.model_construct(**{**values, **changes})
 

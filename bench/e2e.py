@@ -1,0 +1,477 @@
+"""End-to-end latency and throughput of the build path over Kafka: an open-loop generator.
+
+A librdkafka client (confluent-kafka, as a foreign service would use) publishes build requests
+at a fixed rate, each reading all five sources of an organization seeded like
+``bench/sources.py``, and reads the replies. Latency runs from the moment a request was *due*
+to its reply arriving, so a generator that falls behind cannot hide a slow consumer
+(coordinated omission). Prints figures; never passes or fails.
+
+    .venv/bin/python -m bench.e2e [--baseline DIR] [--organizations 20] [--seconds 10]
+
+For each target (this code, and with ``--baseline`` the code checked out in DIR, e.g. a git
+worktree of an earlier commit, measured in the same run):
+
+* sequential round trips (one request at a time): p50 and p99;
+* fixed rates with one consumer process (``--rates``): p50, p99, unanswered;
+* the highest rate of ``--ladder`` whose p99 stays under 100 ms with every request answered,
+  with one and with two consumer processes in one group;
+* each consumer's peak RSS, and (this code) the mean time per stage from its /metrics:
+  decode, build, serialise, publish, and each commit request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import asyncpg
+
+from bench.seeded import POLICY, TYPICAL_POLICY, Org, Seeded, drop, prepare, request_for, seed
+from broker.topics import TopicSpec, ensure_topics
+from contextcore.storage.pool import with_database
+from contextcore.storage.provision import provision_database
+from devstack.stack import OWNER, TANSU_FETCH_MAX_WAIT_MS
+
+ROOT = Path(__file__).resolve().parents[1]
+CID = re.compile(rb'"correlation_id":\s*"([^"]+)"')
+TARGET_P99_S = 0.100
+
+
+# --------------------------------------------------------------------------- the consumers
+
+
+@dataclass
+class Target:
+    """A consumer implementation: this repository, or an earlier checkout of it."""
+
+    label: str
+    code_dir: Path
+    database_url: str
+    legacy: bool  # before issue 7: one settings class, one credential, no stage metrics
+
+    def environ(self, topic: str, group: str, port: int) -> dict[str, str]:
+        kept = {"CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS", "CONTEXTCORE_BUILD_MAX_IN_FLIGHT"}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_") or k in kept}
+        env["PYTHONPATH"] = str(self.code_dir)
+        env["CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS"] = BOOTSTRAP[0]
+        env["CONTEXTCORE_DATABASE_URL"] = self.database_url
+        env["CONTEXTCORE_TOPIC_BUILD_REQUEST"] = topic
+        env["CONTEXTCORE_BUILD_GROUP_ID"] = group
+        env["CONTEXTCORE_METRICS_PORT" if self.legacy else "CONTEXTCORE_BUILD_METRICS_PORT"] = str(
+            port
+        )
+        return env
+
+
+BOOTSTRAP: list[str] = []
+
+
+@dataclass
+class Consumer:
+    process: subprocess.Popen[bytes]
+    port: int
+
+    def peak_rss_mb(self) -> float:
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 1024  # type: ignore[union-attr]
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+
+def cpu_seconds() -> dict[str, float]:
+    """CPU time used so far by the consumers, PostgreSQL, the broker and this generator."""
+    tick = os.sysconf("SC_CLK_TCK")
+    totals = dict.fromkeys(("consumers", "postgres", "broker", "generator"), 0.0)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            command = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, UnicodeDecodeError):
+            continue
+        used = (int(fields[11]) + int(fields[12])) / tick
+        if "serve build" in command:
+            totals["consumers"] += used
+        elif command.startswith("postgres:") or "pginstall/bin/postgres" in command:
+            totals["postgres"] += used
+        elif "tansu" in command and BOOTSTRAP[0].rsplit(":", 1)[1] in command:
+            totals["broker"] += used
+        elif int(stat.parent.name) == os.getpid():
+            totals["generator"] += used
+    return totals
+
+
+def cpu_line(before: dict[str, float], after: dict[str, float], requests: int) -> str:
+    return "  CPU per request: " + ", ".join(
+        f"{name} {(after[name] - before[name]) * 1000 / max(requests, 1):.2f} ms" for name in after
+    )
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def consumers(target: Target, topic: str, count: int) -> Iterator[list[Consumer]]:
+    group = f"bench-{uuid.uuid4().hex[:8]}"
+    started: list[Consumer] = []
+    try:
+        for _ in range(count):
+            port = free_port()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "consumers.cli", "serve", "build"],
+                cwd=target.code_dir,
+                env=target.environ(topic, group, port),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+            assert process.stdout is not None
+            line = process.stdout.readline()
+            if not line.startswith(b"build consumer ready"):
+                raise RuntimeError(f"{target.label} consumer did not start: {line!r}")
+            started.append(Consumer(process, port))
+        yield started
+    finally:
+        for consumer in started:
+            consumer.process.send_signal(signal.SIGTERM)
+        for consumer in started:
+            try:
+                consumer.process.wait(30)
+            except subprocess.TimeoutExpired:
+                consumer.process.kill()
+
+
+# ---------------------------------------------------------------------------- the generator
+
+
+class Client:
+    """One producer, and one reader of a one-partition reply topic that timestamps arrivals."""
+
+    def __init__(self, bootstrap: str, reply_topic: str) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+        self.reply_topic = reply_topic
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all", "batch.size": 65536}
+        )
+        self.reader = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "unused",
+                "enable.auto.commit": False,
+                "fetch.wait.max.ms": int(os.environ["CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS"]),
+            }
+        )
+        self.reader.assign([TopicPartition(reply_topic, 0, OFFSET_BEGINNING)])
+        self.arrived: dict[bytes, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            message = self.reader.poll(0.05)  # returns as soon as one record is there
+            if message is not None and message.error() is None:
+                found = CID.search(message.value() or b"")
+                if found:
+                    self.arrived.setdefault(found.group(1), time.perf_counter())
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.reader.close()
+
+
+@dataclass
+class Run:
+    latencies: list[float] = field(default_factory=list)
+    sent: int = 0
+
+    @property
+    def answered(self) -> int:
+        return len(self.latencies)
+
+    def percentile(self, q: float) -> float:
+        if not self.latencies:
+            return float("inf")
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    def line(self, label: str) -> str:
+        lost = self.sent - self.answered
+        return (
+            f"{label:<34} p50 {self.percentile(0.5) * 1000:8.1f} ms  "
+            f"p99 {self.percentile(0.99) * 1000:8.1f} ms  unanswered {lost}/{self.sent}"
+        )
+
+    @property
+    def sustained(self) -> bool:
+        return self.answered == self.sent and self.percentile(0.99) <= TARGET_P99_S
+
+
+def open_loop(
+    client: Client,
+    topic: str,
+    make: Callable[[str], bytes],
+    *,
+    rate: float,
+    seconds: float,
+    wait_s: float = 30.0,
+) -> Run:
+    """Send ``rate`` requests a second for ``seconds``, each due at its slot; then wait."""
+    tag = uuid.uuid4().hex[:6]
+    total = max(int(rate * seconds), 1)
+    due: dict[bytes, float] = {}
+    start = time.perf_counter() + 0.05
+    for i in range(total):
+        slot = start + i / rate
+        while (ahead := slot - time.perf_counter()) > 0:
+            time.sleep(min(ahead, 0.002))
+        cid = f"{tag}-{i}"
+        due[cid.encode()] = slot
+        client.producer.produce(topic, make(cid), key=cid.encode())
+        client.producer.poll(0)
+    client.producer.flush(30)
+    deadline = time.perf_counter() + wait_s
+    while time.perf_counter() < deadline and not all(c in client.arrived for c in due):
+        time.sleep(0.02)
+    run = Run(sent=total)
+    run.latencies = [client.arrived[c] - t for c, t in due.items() if c in client.arrived]
+    return run
+
+
+def sequential(client: Client, topic: str, make: Callable[[str], bytes], count: int) -> Run:
+    run = Run(sent=count)
+    for i in range(count):
+        cid = f"seq-{uuid.uuid4().hex[:8]}-{i}".encode()
+        started = time.perf_counter()
+        client.producer.produce(topic, make(cid.decode()), key=cid)
+        client.producer.poll(0)
+        client.producer.flush(10)
+        while cid not in client.arrived and time.perf_counter() - started < 10:
+            time.sleep(0.0002)
+        if cid in client.arrived:
+            run.latencies.append(client.arrived[cid] - started)
+    return run
+
+
+def stage_means(before: str, after: str) -> dict[str, float]:
+    """Mean seconds per observation of each stage between two scrapes of one consumer."""
+
+    def totals(text: str) -> dict[tuple[str, str], float]:
+        found: dict[tuple[str, str], float] = {}
+        pattern = (
+            r"contextcore_consumer_stage_seconds_(sum|count)"
+            r'\{consumer="build",stage="(\w+)"\} ([\d.e+-]+)'
+        )
+        for kind, stage, value in re.findall(pattern, text):
+            found[(kind, stage)] = float(value)
+        return found
+
+    a, b = totals(before), totals(after)
+    means: dict[str, float] = {}
+    for (kind, stage), value in b.items():
+        if kind != "count":
+            continue
+        count = value - a.get(("count", stage), 0.0)
+        if count > 0:
+            means[stage] = (b[("sum", stage)] - a.get(("sum", stage), 0.0)) / count
+    return means
+
+
+# ---------------------------------------------------------------------------------- the run
+
+
+def request_maker(orgs: list[Org], reply_topic: str, workload: str) -> Callable[[str], bytes]:
+    """Requests for random seeded organizations: ``typical`` (two refs, the demo's policy),
+    ``heavy`` (ten refs, the policy of bench/sources.py), or ``empty`` (no source: the
+    transport alone)."""
+    rng = random.Random(11)
+    policies = {"typical": TYPICAL_POLICY, "heavy": POLICY}
+    policy = policies[workload].model_dump(mode="json") if workload in policies else {"sources": []}
+
+    def make(correlation_id: str) -> bytes:
+        org = rng.choice(orgs)
+        request = request_for(org, rng, typical=workload != "heavy").model_dump(mode="json")
+        message = {
+            "schema_version": 1,
+            "correlation_id": correlation_id,
+            "reply_to": reply_topic,
+            "request": request,
+            "policy": policy,
+        }
+        return json.dumps(message).encode()
+
+    return make
+
+
+@dataclass
+class Figures:
+    lines: list[str] = field(default_factory=list)
+    values: dict[str, float] = field(default_factory=dict)
+
+    def add(self, line: str) -> None:
+        print(line, flush=True)
+        self.lines.append(line)
+
+
+def measure(target: Target, orgs: list[Org], args: argparse.Namespace) -> Figures:
+    figures = Figures()
+    figures.add(f"== {target.label}")
+    for count in (1, 2):
+        topic = f"bench.{uuid.uuid4().hex[:8]}.build-request"
+        reply_topic = f"{topic}.reply"
+        asyncio.run(ensure_topics(BOOTSTRAP[0], [TopicSpec(topic, 4), TopicSpec(reply_topic, 1)]))
+        make = request_maker(orgs, reply_topic, args.workload)
+        client = Client(BOOTSTRAP[0], reply_topic)
+        try:
+            with consumers(target, topic, count) as running:
+                warm = open_loop(client, topic, make, rate=50, seconds=8, wait_s=60)
+                figures.add(warm.line(f"warm-up, {count} process(es), 50/s"))
+                scrapes = [c.metrics() if not target.legacy else "" for c in running]
+                if count == 1:
+                    seq = sequential(client, topic, make, args.sequential)
+                    figures.add(seq.line("sequential round trip"))
+                    figures.values["sequential_p50"] = seq.percentile(0.5)
+                    for rate in args.rates:
+                        cpu = cpu_seconds()
+                        run = open_loop(client, topic, make, rate=rate, seconds=args.seconds)
+                        figures.add(run.line(f"{rate:g} req/s, 1 process"))
+                        figures.add(cpu_line(cpu, cpu_seconds(), run.sent))
+                        figures.values[f"p99@{rate:g}"] = run.percentile(0.99)
+                        figures.values[f"p50@{rate:g}"] = run.percentile(0.5)
+                best = 0.0
+                for rate in args.ladder:
+                    cpu = cpu_seconds()
+                    run = open_loop(client, topic, make, rate=rate, seconds=args.seconds)
+                    figures.add(run.line(f"ladder {rate:g} req/s, {count} process(es)"))
+                    figures.add(cpu_line(cpu, cpu_seconds(), run.sent))
+                    if not run.sustained:
+                        break
+                    best = rate
+                figures.add(f"max sustainable (p99 <= 100 ms), {count} process(es): {best:g} req/s")
+                figures.values[f"max@{count}"] = best
+                for index, consumer in enumerate(running):
+                    rss = consumer.peak_rss_mb()
+                    figures.add(f"consumer {index} peak RSS: {rss:.0f} MB")
+                    figures.values[f"rss@{count}.{index}"] = rss
+                    if not target.legacy:
+                        means = stage_means(scrapes[index], consumer.metrics())
+                        figures.add(
+                            f"consumer {index} mean per stage: "
+                            + ", ".join(f"{s} {v * 1000:.2f} ms" for s, v in sorted(means.items()))
+                        )
+        finally:
+            client.close()
+    return figures
+
+
+async def baseline_database(code_dir: Path, seeded: Seeded, name: str) -> str:
+    """A database migrated by the baseline's own migrations and seeded like ours."""
+    stack = seeded.stack
+    await drop(stack, name)
+    await provision_database(stack.admin_url, name, owner=OWNER)
+    admin_url = with_database(stack.admin_url, name)
+    migrate = (
+        "import asyncio, asyncpg, sys\n"
+        "from contextcore.storage import migrations\n"
+        "async def main():\n"
+        "    conn = await asyncpg.connect(sys.argv[1])\n"
+        "    await migrations.apply_pending(conn)\n"
+        "    await conn.close()\n"
+        "asyncio.run(main())\n"
+    )
+    await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-c", migrate, admin_url],
+        cwd=code_dir,
+        env={**os.environ, "PYTHONPATH": str(code_dir)},
+        check=True,
+    )
+    conn = await asyncpg.connect(admin_url)
+    try:
+        await seed(conn, seeded.orgs)
+    finally:
+        await conn.close()
+    return admin_url  # the baseline knew one credential: it served as the table owner
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit")
+    parser.add_argument("--organizations", type=int, default=20)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--sequential", type=int, default=300)
+    parser.add_argument("--workload", choices=["typical", "heavy", "empty"], default="typical")
+    parser.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        default=TANSU_FETCH_MAX_WAIT_MS,
+        help="the consumers' and the generator's fetch long poll (Tansu holds it to its end)",
+    )
+    parser.add_argument("--in-flight", type=int, default=None, help="this code's max in flight")
+    parser.add_argument(
+        "--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50, 200]
+    )
+    parser.add_argument(
+        "--ladder",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[100, 200, 300, 400, 500, 600, 700, 800],
+    )
+    args = parser.parse_args()
+
+    seeded = asyncio.run(prepare("bench_e2e", args.organizations))
+    BOOTSTRAP.append(seeded.stack.bootstrap_servers)
+    os.environ["CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS"] = str(args.fetch_wait_ms)
+    if args.in_flight is not None:
+        os.environ["CONTEXTCORE_BUILD_MAX_IN_FLIGHT"] = str(args.in_flight)
+    print(
+        f"workload {args.workload}, fetch wait {args.fetch_wait_ms} ms, "
+        f"{args.organizations} organizations, {args.seconds:g} s per step"
+    )
+    targets = [Target("this code", ROOT, seeded.url, legacy=False)]
+    if args.baseline is not None:
+        url = asyncio.run(baseline_database(args.baseline.resolve(), seeded, "bench_e2e_baseline"))
+        targets.insert(0, Target(f"baseline {args.baseline}", args.baseline.resolve(), url, True))
+    results: list[Figures] = []
+    try:
+        for target in targets:
+            results.append(measure(target, seeded.orgs, args))
+    finally:
+        asyncio.run(drop(seeded.stack, "bench_e2e"))
+        if args.baseline is not None:
+            asyncio.run(drop(seeded.stack, "bench_e2e_baseline"))
+    if len(results) == 2:
+        base, new = results[0].values, results[1].values
+        print("== this code against the baseline, same run")
+        for key in sorted(new):
+            if base.get(key):
+                print(
+                    f"{key:<18} baseline {base[key]:10.4g}   this code {new[key]:10.4g}   "
+                    f"ratio {new[key] / base[key]:6.2f}"
+                )
+
+
+if __name__ == "__main__":
+    main()
