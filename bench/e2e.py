@@ -198,6 +198,7 @@ class Client:
                     self.arrived.setdefault(found.group(1), time.perf_counter())
 
     def close(self) -> None:
+        self.producer.flush(10)
         self._stop.set()
         self._thread.join()
         self.reader.close()
