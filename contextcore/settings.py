@@ -38,7 +38,8 @@ class DatabaseSettings(BaseSettings):
     role: str = "contextcore_app"
     """The service role every tenant scope becomes (``SET LOCAL ROLE``): it owns no table, so
     row-level security applies. The runtime login must be a member of it."""
-    pool_size: int = Field(default=10, ge=1)
+    pool_size: int = Field(default=20, ge=1)
+    """Connections per process; every source read holds one for its scope."""
 
     def require_url(self) -> str:
         if not self.url:

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -117,6 +117,7 @@ class Delivery:
         metrics: RuntimeMetrics,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.consumer = consumer
         self.handler = handler
@@ -126,6 +127,7 @@ class Delivery:
         self.metrics = metrics
         self.clock = clock
         self.wall_ms = wall_ms
+        self.sleep = sleep
         self.in_flight = InFlight()
         self._slots = asyncio.Semaphore(settings.max_in_flight)
         self._tasks: set[asyncio.Task[None]] = set()
@@ -264,7 +266,7 @@ class Delivery:
         if not_before is not None:
             wait_s = min((not_before - self.wall_ms()) / 1000, self.settings.retry_backoff_max_s)
             if wait_s > 0:
-                await asyncio.sleep(wait_s)
+                await self.sleep(wait_s)
         watch = Stopwatch()
         outcome: Outcome
         try:

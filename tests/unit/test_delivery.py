@@ -352,12 +352,20 @@ async def test_a_dead_letter_the_broker_refuses_is_tried_again_until_it_is_taken
 
 async def test_a_retried_record_waits_out_its_back_off_capped() -> None:
     rig = Rig(Scripted(lambda r: Done()), retry_backoff_max_s=0.05)
-    far_future = str(10**15).encode()  # a forged header cannot park a slot for long
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    await rig.delivery.submit(Inbound("t", 0, 0, None, b"{}", ((HEADER_NOT_BEFORE, far_future),)))
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    rig.delivery.sleep = sleep
+    rig.delivery.wall_ms = lambda: 1_000_000
+    soon, far_future = b"1000300", str(10**15).encode()  # a forged header cannot park a slot
+    await rig.delivery.submit(Inbound("t", 0, 0, None, b"{}", ((HEADER_NOT_BEFORE, soon),)))
+    await rig.delivery.submit(Inbound("t", 0, 1, None, b"{}", ((HEADER_NOT_BEFORE, far_future),)))
+    await rig.delivery.submit(Inbound("t", 0, 2, None, b"{}", ((HEADER_NOT_BEFORE, b"5"),)))
     await rig.settle()
-    assert 0.04 <= loop.time() - started < 1.0
+    assert sorted(waits) == [0.05, 0.05]  # 300 ms and forever, both capped; the past: none
+    assert rig.committer.last() == 3
     await rig.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,13 @@ def test_services_hold_the_runtime_credential_and_never_the_owners() -> None:
                 assert secrets == {"contextcore-database-runtime"}
             else:
                 assert secrets == {"contextcore-database-owner"}
+
+
+def test_the_readme_and_docs_link_only_to_files_in_this_repository() -> None:
+    for document in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        text = document.read_text()
+        assert "../shared" not in text, document
+        for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text):
+            assert "://" not in target, (document, target)
+            assert (document.parent / target).resolve().is_relative_to(ROOT), (document, target)
+            assert (document.parent / target).exists(), (document, target)
