@@ -1,0 +1,114 @@
+"""The build consumer's FastStream application.
+
+    faststream run consumers.build.app:app     (or: contextcore serve build)
+
+Start-up fails closed: the schema must match the code's migrations (checked as the service
+role, the only privilege the runtime login has), the topics must exist, and the dossier
+listener must be up before the first record is fetched. Sources read the replica when
+``CONTEXTCORE_DATABASE_READ_URL`` is set; the dossier invalidations are NOTIFYs, which only the
+primary delivers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import build_topics
+from consumers.build.handler import BuildHandler
+from consumers.build.metrics import BuildMetrics
+from consumers.build.settings import BuildSettings
+from consumers.build.sources import process_registry
+from consumers.runtime.app import Channel, ConsumerApp
+from consumers.runtime.metrics import RuntimeMetrics
+from contextcore.builder import DefaultContextBuilder
+from contextcore.errors import SchemaError
+from contextcore.packer import ContextPacker
+from contextcore.settings import DatabaseSettings
+from contextcore.sources.dossier import Fact
+from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
+from contextcore.storage import migrations
+from contextcore.storage.pool import connect, create_pool
+from contextcore.storage.tenancy import TenantDatabase
+from schemas.build import BuildReplyV1, BuildRequestV1
+
+DESCRIPTION = (
+    "Build requests: a ContextRequest and a ContextPolicy. Every record is answered on the "
+    "topic its reply_to names, with its correlation_id: a brief, an error, or reuse_previous; "
+    "a record without a usable address goes to the dead-letter topic."
+)
+
+
+def create_app(
+    build: BuildSettings | None = None,
+    kafka: KafkaSettings | None = None,
+    topics: TopicSettings | None = None,
+    database: DatabaseSettings | None = None,
+) -> ConsumerApp:
+    """The application, configured from the environment unless settings are given."""
+    build = build or BuildSettings()
+    kafka = kafka or KafkaSettings()
+    topics = topics or TopicSettings()
+    database = database or DatabaseSettings()
+
+    @asynccontextmanager
+    async def open_handler(metrics: RuntimeMetrics) -> AsyncIterator[BuildHandler]:
+        url = database.require_url()
+        conn = await connect(url, timeout_s=database.connect_timeout_s)
+        try:
+            await migrations.verify(conn, role=database.role)
+        except SchemaError as error:
+            raise SchemaError([f"refusing to serve: {p}" for p in error.problems]) from error
+        finally:
+            await conn.close()
+        pool = await create_pool(
+            database.read_url or url,
+            timeout_s=database.connect_timeout_s,
+            max_size=database.pool_size,
+        )
+        cache: DossierCache[list[Fact]] = DossierCache()
+        invalidator = DossierInvalidator(cache, url)
+        try:
+            await invalidator.start()
+            registry = process_registry(TenantDatabase(pool, role=database.role), cache)
+            build_metrics = BuildMetrics.create(metrics.registry)
+            builder = DefaultContextBuilder(
+                registry,
+                ContextPacker(),
+                source_timeout_s=build.source_timeout_s,
+                on_source_failure=build_metrics.source_failure_hook(),
+            )
+            yield BuildHandler(registry, builder, build_metrics)
+        finally:
+            await invalidator.stop()
+            await pool.close()
+
+    return ConsumerApp(
+        name="build",
+        topic=topics.build_request,
+        description=DESCRIPTION,
+        payload=BuildRequestV1,
+        publishes=[
+            Channel(
+                "{reply_to}",
+                "build-reply",
+                "The answer to one build request, on the topic the request named, with its "
+                "correlation_id: status ok (a brief), error (a code and details) or "
+                "reuse_previous.",
+                BuildReplyV1,
+            )
+        ],
+        settings=build,
+        kafka=kafka,
+        topics=build_topics(topics),
+        open_handler=open_handler,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, built on first access, so importing this module reads no setting."""
+    if name == "app":
+        return create_app().app
+    raise AttributeError(name)

@@ -1,0 +1,141 @@
+"""One build request, one outcome.
+
+1. Decode (``schemas.wire``) and validate. A record that fails gets an ``invalid_request`` error
+   reply when its ``reply_to`` and ``correlation_id`` can be read; otherwise it is
+   dead-lettered with the reason.
+2. Admit the policy (``policy_rejected``); answer ``reuse_previous`` for a resume the policy does
+   not refresh; build. A required source failure is ``required_source_failed``; any other
+   exception of the builder is ``internal_error``. Every one of these is a reply.
+
+The handler does no Kafka I/O: it returns the reply and the runtime publishes it, with a small
+``internal_error`` reply as the fallback when the brief itself cannot be sent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from consumers.build.metrics import BuildMetrics
+from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
+from contextcore.builder import ContextBuilder
+from contextcore.errors import PolicyError, RequiredContextSourceError, validation_lines
+from contextcore.registry import ContextSourceRegistry
+from schemas import wire
+from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo, parse_build_request
+from schemas.envelope import printable, reply_address
+
+log = logging.getLogger("contextcore.build")
+
+ENTITIES = ("request", "entities")
+"""Read leniently: a malformed ref (a lone surrogate included) is dropped, not the request."""
+
+
+def _error_reply(address: tuple[str, str], info: ErrorInfo) -> Reply:
+    topic, correlation_id = address
+    return Reply(topic, correlation_id, BuildReplyV1.failed(correlation_id, info))
+
+
+class BuildHandler:
+    def __init__(
+        self, registry: ContextSourceRegistry, builder: ContextBuilder, metrics: BuildMetrics
+    ) -> None:
+        self.registry = registry
+        self.builder = builder
+        self.metrics = metrics
+
+    async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        with watch.stage("decode"):
+            decoded = self.decode(record.value)
+        if not isinstance(decoded, tuple):
+            self._count(decoded)
+            return decoded
+        envelope, dropped = decoded
+        with watch.stage("build"):
+            reply = await self.answer(envelope, dropped)
+        self.metrics.requests.labels(outcome=reply.status).inc()
+        return Reply(
+            envelope.reply_to,
+            envelope.correlation_id,
+            reply,
+            fallback=lambda reason: BuildReplyV1.failed(
+                envelope.correlation_id,
+                ErrorInfo(code="internal_error", message=reason[:2_000]),
+            ),
+        )
+
+    def decode(self, value: bytes | None) -> tuple[BuildRequestV1, int] | Reply | DeadLetter:
+        """The request and its count of dropped entities, or what to answer instead."""
+        try:
+            data = wire.decode(value, lenient=(ENTITIES,))
+        except wire.WireError as error:
+            address = wire.address_of(value)
+            if address is None:
+                return DeadLetter(error.cause, str(error))
+            info = ErrorInfo(
+                code="invalid_request",
+                message="the build request is not JSON this service accepts",
+                details=[str(error)],
+            )
+            return _error_reply(address, info)
+        try:
+            return parse_build_request(data)
+        except ValidationError as error:
+            lines = [printable(line) for line in validation_lines(error)]
+            address = reply_address(data)
+            if address is None:
+                return DeadLetter(
+                    "invalid",
+                    "invalid build request without a usable reply_to/correlation_id: "
+                    + "; ".join(lines)[:2_000],
+                )
+            info = ErrorInfo(
+                code="invalid_request", message="the build request is invalid", details=lines
+            )
+            return _error_reply(address, info)
+
+    async def answer(self, envelope: BuildRequestV1, dropped: int) -> BuildReplyV1:
+        """Admission, the resume rule, then the build; every outcome is a reply."""
+        correlation_id = envelope.correlation_id
+        try:
+            self.registry.validate_policy(envelope.policy)  # admission at the message boundary
+        except PolicyError as error:
+            return BuildReplyV1.failed(
+                correlation_id,
+                ErrorInfo(
+                    code="policy_rejected",
+                    message="the context policy fails admission",
+                    details=[printable(str(error))],
+                ),
+            )
+        if envelope.resumed_after_wait and not envelope.policy.refresh_on_resume:
+            return BuildReplyV1(correlation_id=correlation_id, status="reuse_previous")
+        try:
+            brief = await self.builder.build(envelope.request, envelope.policy)
+        except RequiredContextSourceError as error:
+            return BuildReplyV1.failed(
+                correlation_id,
+                ErrorInfo(
+                    code="required_source_failed",
+                    message=printable(str(error)),
+                    details=[
+                        printable(f"{s}: {r}")
+                        for s, r in zip(error.sources, error.reasons, strict=True)
+                    ],
+                ),
+            )
+        except Exception as error:  # a bug in a builder must not stall the partition
+            log.exception("build failed for correlation id %s", correlation_id)
+            return BuildReplyV1.failed(
+                correlation_id,
+                ErrorInfo(
+                    code="internal_error", message=printable(f"{type(error).__name__}: {error}")
+                ),
+            )
+        return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped)
+
+    def _count(self, outcome: Reply | DeadLetter) -> None:
+        self.metrics.requests.labels(
+            outcome="error" if isinstance(outcome, Reply) else "dead_letter"
+        ).inc()

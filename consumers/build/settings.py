@@ -1,0 +1,19 @@
+"""``CONTEXTCORE_BUILD_*``: the build consumer's own settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from consumers.runtime.settings import ConsumerSettings
+
+
+class BuildSettings(ConsumerSettings):
+    model_config = SettingsConfigDict(env_prefix="CONTEXTCORE_BUILD_", extra="ignore", frozen=True)
+
+    group_id: str = "contextcore-build"
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    max_in_flight: int = Field(default=16, ge=1, le=10_000)
+    """Builds at once; each reads up to five sources, so keep it near the database pool."""
+    source_timeout_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """The builder's independent timeout per source read: an outage ceiling, not a target."""

@@ -1,0 +1,29 @@
+"""The context sources this process serves: one registry, shared by the build consumer and by
+``contextcore policy check``, so that admission means the same thing in both."""
+
+from __future__ import annotations
+
+from contextcore.registry import ContextSourceRegistry
+from contextcore.sources.application import ApplicationContextSource
+from contextcore.sources.conversation import ConversationContextSource
+from contextcore.sources.definition_summary import DefinitionSummaryContextSource
+from contextcore.sources.dossier import DossierContextSource, Fact
+from contextcore.sources.dossier_cache import DossierCache
+from contextcore.sources.run_history import RunHistoryContextSource
+from contextcore.storage.tenancy import TenantDatabase
+
+
+def process_registry(
+    database: TenantDatabase | None = None, dossier_cache: DossierCache[list[Fact]] | None = None
+) -> ContextSourceRegistry:
+    """The five database sources; without a database they can be admitted but not read."""
+    database = database or TenantDatabase(None)
+    return ContextSourceRegistry(
+        [
+            ConversationContextSource(database),
+            ApplicationContextSource(database),
+            DossierContextSource(database, dossier_cache or DossierCache()),
+            DefinitionSummaryContextSource(database),
+            RunHistoryContextSource(database),
+        ]
+    )
