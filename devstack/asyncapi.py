@@ -4,7 +4,9 @@
     python -m devstack.asyncapi --check  exit 1 when a committed document no longer matches
 
 CI runs the check (``tests/unit/test_asyncapi.py``): the documents describe the code as it is.
-They are generated from the default settings, never from this machine's environment.
+They are generated from the default settings, never from this machine's environment, and every
+mapping is written with sorted keys: FastStream keeps publishers in an order that can differ
+between two processes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+import yaml
 
 from broker.settings import KafkaSettings, TopicSettings
 from consumers.build.app import create_app
@@ -31,7 +35,8 @@ def documents() -> dict[str, str]:
     )
     specification = build.app.schema
     assert specification is not None
-    return {"build.yaml": specification.to_specification().to_yaml()}
+    document = specification.to_specification().to_jsonable()
+    return {"build.yaml": yaml.safe_dump(document, sort_keys=True, allow_unicode=True)}
 
 
 def main(argv: list[str] | None = None) -> int:
