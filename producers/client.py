@@ -4,10 +4,11 @@ Request/reply over Kafka without broker support: each client creates its own one
 topic (``<reply_topic_prefix>.<client id>``), reads it from the beginning, and deletes it on
 close. A fresh topic has no old records, so the client never depends on the broker's end offsets
 (which Tansu reports wrongly). Replies are matched by correlation id; a reply nobody waits for (a
-duplicate after a consumer restart, or a late one after a timeout) is ignored. One correlation
-id has at most one waiter: a second request with an id still in flight is refused
-(:class:`~contextcore.errors.DuplicateCorrelationId`), since it would receive the first one's
-answer.
+duplicate after a consumer restart, or a late one after a timeout) is ignored, as long as ids are
+not reused: a late reply to an id reused after its timeout would answer the new request (the
+default ids are random). One correlation id has at most one waiter: a second request with an
+id still in flight is refused (:class:`~contextcore.errors.DuplicateCorrelationId`), since it
+would receive the first one's answer.
 """
 
 from __future__ import annotations

@@ -13,7 +13,6 @@ within ±2**63, finite numbers, no lone surrogate in a key or a string.
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re
@@ -24,8 +23,9 @@ from schemas.envelope import reply_address
 MAX_DEPTH = 64
 MAX_INT = 2**63
 
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+# A string (an unterminated one runs to the end) or a bracket: one linear scan, no backtracking
+# (an earlier pattern that had to find a closing quote was quadratic on escaped quotes).
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.S)
 # Only a \uD800-\uDFFF escape can put a surrogate into a decoded string (the text itself is
 # strict UTF-8), so the walk that finds lone ones runs only when such an escape is present.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
@@ -108,11 +108,15 @@ def _max_depth(text: str) -> int:
     """The deepest bracket nesting of ``text``, ignoring brackets inside strings.
 
     Counted before parsing, so no parser or validator ever recurses into a deep document.
-    Strings are removed first; a string left open (not JSON anyway) keeps its brackets.
     """
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    steps = (1 if char in "[{" else -1 for char in brackets)
-    return max(itertools.accumulate(steps, initial=0))
+    depth = deepest = 0
+    for token in _TOKEN.findall(text):
+        if token in ("[", "{"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif token in ("]", "}"):
+            depth -= 1
+    return deepest
 
 
 def _lone_surrogates(data: Any, lenient: tuple[tuple[str, ...], ...]) -> None:

@@ -11,6 +11,7 @@ primary delivers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -107,8 +108,13 @@ def create_app(
     )
 
 
+@functools.cache
+def _app_from_environment() -> Any:
+    return create_app().app
+
+
 def __getattr__(name: str) -> Any:
-    """``app``, built on first access, so importing this module reads no setting."""
+    """``app``, built once on first access, so importing this module reads no setting."""
     if name == "app":
-        return create_app().app
+        return _app_from_environment()
     raise AttributeError(name)

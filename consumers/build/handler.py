@@ -14,6 +14,7 @@ The handler does no Kafka I/O: it returns the reply and the runtime publishes it
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from pydantic import ValidationError
 
@@ -32,9 +33,33 @@ ENTITIES = ("request", "entities")
 """Read leniently: a malformed ref (a lone surrogate included) is dropped, not the request."""
 
 
+MAX_DETAILS = 50
+"""An error reply names at most this many problems (and how many more there were)."""
+
+
+def _internal_error(correlation_id: str) -> Callable[[str], BuildReplyV1]:
+    """The small reply that goes instead when the real one cannot be sent."""
+
+    def fallback(reason: str) -> BuildReplyV1:
+        info = ErrorInfo(code="internal_error", message=reason[:2_000])
+        return BuildReplyV1.failed(correlation_id, info)
+
+    return fallback
+
+
 def _error_reply(address: tuple[str, str], info: ErrorInfo) -> Reply:
     topic, correlation_id = address
-    return Reply(topic, correlation_id, BuildReplyV1.failed(correlation_id, info))
+    if len(info.details) > MAX_DETAILS:
+        hidden = len(info.details) - MAX_DETAILS
+        info = info.model_copy(
+            update={"details": [*info.details[:MAX_DETAILS], f"… and {hidden} more"]}
+        )
+    return Reply(
+        topic,
+        correlation_id,
+        BuildReplyV1.failed(correlation_id, info),
+        fallback=_internal_error(correlation_id),
+    )
 
 
 class BuildHandler:
@@ -59,10 +84,7 @@ class BuildHandler:
             envelope.reply_to,
             envelope.correlation_id,
             reply,
-            fallback=lambda reason: BuildReplyV1.failed(
-                envelope.correlation_id,
-                ErrorInfo(code="internal_error", message=reason[:2_000]),
-            ),
+            fallback=_internal_error(envelope.correlation_id),
         )
 
     def decode(self, value: bytes | None) -> tuple[BuildRequestV1, int] | Reply | DeadLetter:

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 from aiokafka.structs import ConsumerRecord
 from faststream import FastStream
 from faststream.kafka import KafkaBroker, KafkaMessage
+from faststream.kafka.message import FAKE_CONSUMER
 from faststream.middlewares import AckPolicy
 from faststream.specification import AsyncAPI
 from pydantic import BaseModel, PlainValidator
@@ -39,6 +40,7 @@ from consumers.runtime.kafka import (
 )
 from consumers.runtime.metrics import OldestInFlight, RuntimeMetrics
 from consumers.runtime.settings import ConsumerSettings
+from contextcore.errors import ConfigurationError
 from schemas.envelope import DeadLetterV1
 
 log = logging.getLogger("contextcore.consumer")
@@ -56,6 +58,29 @@ class Channel:
 
 def _same(value: Any) -> Any:
     return value
+
+
+async def _tolerant_parser(record: ConsumerRecord[bytes, bytes]) -> KafkaMessage:
+    """FastStream's message, without decoding a header value FastStream would choke on.
+
+    The default parser runs ``value.decode()`` on every header: a header holding invalid UTF-8
+    or no value raises there, before our entry point, and FastStream skips the record, which a
+    later commit would then pass. Header values are only for FastStream's log context here.
+    """
+    headers = {
+        name: value.decode("utf-8", "replace") if isinstance(value, bytes) else ""
+        for name, value in record.headers or ()
+    }
+    return KafkaMessage(
+        body=record.value or b"",
+        headers=headers,
+        reply_to="",
+        content_type=headers.get("content-type"),
+        message_id=f"{record.offset}-{record.timestamp}",
+        correlation_id=headers.get("correlation_id"),
+        raw_message=record,
+        consumer=FAKE_CONSUMER,  # AckPolicy.MANUAL: FastStream never acks through it
+    )
 
 
 async def _raw_record(message: KafkaMessage) -> Any:
@@ -80,6 +105,12 @@ class ConsumerApp:
         open_handler: Callable[[RuntimeMetrics], AbstractAsyncContextManager[RecordHandler]],
         version: str = "1",
     ) -> None:
+        longest = settings.longest_healthy_record_s(kafka.request_timeout_ms / 1000)
+        if settings.stuck_after_s <= longest:
+            raise ConfigurationError(
+                f"stuck_after_s ({settings.stuck_after_s:g} s) must exceed the longest a healthy "
+                f"record may take ({longest:g} s: back-off, handling, two publishes)"
+            )
         self.name = name
         self.topic = topic
         self.settings = settings
@@ -107,6 +138,7 @@ class ConsumerApp:
             ack_policy=AckPolicy.MANUAL,
             no_reply=True,
             listener=RebalanceListener(lambda: self.delivery),
+            parser=_tolerant_parser,
             decoder=_raw_record,
             title=topic,
             description=description,
@@ -116,6 +148,8 @@ class ConsumerApp:
             delivery = self.delivery
             if delivery is not None and isinstance(record, ConsumerRecord):
                 await delivery.submit(inbound_of(record))
+            else:  # not reachable while the app runs: the lifespan sets the delivery first
+                log.error("%s: a record arrived before the delivery was ready", name)
 
         # Evaluated annotations (this module's are strings): ``record`` passes through
         # untouched, and documents the payload's schema in the AsyncAPI document.
@@ -204,5 +238,8 @@ class ConsumerApp:
 
     async def _drain(self) -> None:
         self._ready = False
+        consumer = self.subscriber.consumer
+        if consumer is not None:
+            consumer.pause(*consumer.assignment())  # fetch nothing more while draining
         if self.delivery is not None:
             await self.delivery.close()

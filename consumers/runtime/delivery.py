@@ -2,7 +2,8 @@
 
 For one record, in order (docs/delivery.md):
 
-1. A retried record waits out its back-off (``contextcore-not-before``, capped).
+1. A retried copy waits out its back-off (``contextcore-not-before-ms``, never longer than
+   its attempt's back-off; a first delivery never waits, whatever its headers say).
 2. The handler answers an :data:`~consumers.runtime.records.Outcome` within
    ``handle_timeout_s``. An exception or a timeout is a :class:`Retry`.
 3. A :class:`Reply` is serialised and published, and the broker acknowledges it. A reply that
@@ -10,25 +11,28 @@ For one record, in order (docs/delivery.md):
    by the handler's fallback error reply; failing that, the record is dead-lettered. A publish
    the broker may accept later (retriable) becomes a :class:`Retry`.
 4. A :class:`Retry` re-publishes the record to its own topic with its attempt count and a
-   not-before time in headers, up to ``max_attempts``; then it is dead-lettered. The count
-   travels with the record: it survives a restart and a rebalance.
-5. A :class:`DeadLetter` publishes a bounded letter to ``<topic>.dlt``.
+   not-before time in headers, up to ``max_attempts``; then it is dead-lettered, as it is when
+   the broker will never take the copy (too large). The count travels with the record: it
+   survives a restart and a rebalance.
+5. A :class:`DeadLetter` publishes a bounded letter to ``<topic>.dlt``; if the broker refuses
+   it for good, a minimal letter (no payload, no key).
 6. The record is finished; its partition's commit position moves past every finished record
    below the lowest unfinished one, and a background task commits it.
 
-Steps 4 and 5 publish to our own topics: they are retried in place until the broker takes
-them, because skipping them would lose the record. While the broker refuses, that record stays
-in flight and ``/healthz`` reports the partition stuck.
+Steps 4 and 5 publish to our own topics: while the broker may take them later they are tried
+again in place, and the minimal letter is tried until it is taken, because skipping it would
+lose the record. While the broker refuses, that record stays in flight and ``/healthz`` reports
+the partition stuck.
 
 Many records are in flight at once (``max_in_flight``); when every slot is busy,
 :meth:`Delivery.submit` waits, and with it the fetch loop. A revoked partition first drains its
-records (up to ``drain_timeout_s``) and commits their position; shutdown does the same for all.
+records (up to ``drain_timeout_s``; the rest are cancelled, uncommitted) and commits their
+position; shutdown does the same for all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -130,10 +134,9 @@ class Delivery:
         self.sleep = sleep
         self.in_flight = InFlight()
         self._slots = asyncio.Semaphore(settings.max_in_flight)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[TopicPartition, set[asyncio.Task[None]]] = {}
         self._positions: dict[TopicPartition, int] = {}
         self._commit_wanted = asyncio.Event()
-        self._progress = asyncio.Event()  # set whenever a record settles
         self._commit_lock = asyncio.Lock()
         self._committer: Committer | None = None
         self._background: list[asyncio.Task[None]] = []
@@ -158,13 +161,7 @@ class Delivery:
     async def close(self) -> None:
         """Take no new record, let in-flight ones finish (bounded), commit, stop."""
         self._closing = True
-        if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=self.settings.drain_timeout_s)
-            for task in pending:
-                task.cancel()  # not finished, so not committed: redelivered to the next owner
-            await asyncio.gather(*pending, return_exceptions=True)
-            if pending:
-                log.warning("%s: %d record(s) did not finish in time", self.consumer, len(pending))
+        await self._drain(list(self._tasks))
         await self._flush_commits()
         for task in self._background:
             task.cancel()
@@ -178,17 +175,7 @@ class Delivery:
         """Drain the records of ``partitions`` (bounded) and commit their last position."""
         self._revoking.update(partitions)
         try:
-            deadline = self.clock() + self.settings.drain_timeout_s
-            while any(
-                (tracker := self.in_flight.tracker(p)) is not None and tracker.in_flight
-                for p in partitions
-            ):
-                self._progress.clear()
-                remaining = deadline - self.clock()
-                if remaining <= 0:
-                    break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._progress.wait(), remaining)
+            await self._drain(partitions)
             final = {
                 partition: tracker.position
                 for partition, tracker in self.in_flight.revoke(partitions).items()
@@ -200,6 +187,22 @@ class Delivery:
                 await self._commit(final)
         finally:
             self._revoking.difference_update(partitions)
+
+    async def _drain(self, partitions: list[TopicPartition]) -> None:
+        """Let the records of ``partitions`` finish, up to ``drain_timeout_s``; cancel the rest.
+
+        A cancelled record is not finished, so not committed: the partition's next owner
+        handles it again. Cancelling also stops it from publishing once it is no longer ours.
+        """
+        tasks = {task for p in partitions for task in self._tasks.get(p, ())}
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self.settings.drain_timeout_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if pending:
+            log.warning("%s: %d record(s) did not finish in time", self.consumer, len(pending))
 
     def health(self) -> Health:
         """Live unless the loop stalled or a partition's oldest record is older than allowed."""
@@ -237,13 +240,16 @@ class Delivery:
             return
         self._in_flight.inc()
         task = asyncio.create_task(self._run(record, tracker))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        running = self._tasks.setdefault(partition, set())
+        running.add(task)
+        task.add_done_callback(running.discard)
 
     async def _run(self, record: Inbound, tracker: PartitionTracker) -> None:
         started = self.clock()
         try:
             await self._deliver(record)
+        except asyncio.CancelledError:
+            return  # a drain deadline passed: not finished, so not committed
         except Exception:
             # A bug of the runtime itself: the record stays in flight, its partition stops
             # committing, /healthz turns red and a restart redelivers it. Never silently lost.
@@ -252,7 +258,6 @@ class Delivery:
         finally:
             self._slots.release()
             self._in_flight.dec()
-            self._progress.set()
         self.metrics.record_seconds.labels(self.consumer).observe(self.clock() - started)
         position = tracker.finish(record.offset)
         if position is not None:
@@ -263,8 +268,13 @@ class Delivery:
 
     async def _deliver(self, record: Inbound) -> None:
         not_before = record.not_before_ms
-        if not_before is not None:
-            wait_s = min((not_before - self.wall_ms()) / 1000, self.settings.retry_backoff_max_s)
+        if not_before is not None:  # a retried copy: never more than its attempt's back-off
+            scheduled = backoff_s(
+                record.attempt - 1,
+                base_s=self.settings.retry_backoff_s,
+                max_s=self.settings.retry_backoff_max_s,
+            )
+            wait_s = min((not_before - self.wall_ms()) / 1000, scheduled)
             if wait_s > 0:
                 await self.sleep(wait_s)
         watch = Stopwatch()
@@ -280,8 +290,8 @@ class Delivery:
         if isinstance(outcome, Reply):
             outcome = await self._reply(outcome, watch)
         if isinstance(outcome, Retry):
-            await self._retry(record, outcome)
-        elif isinstance(outcome, DeadLetter):
+            outcome = await self._retry(record, outcome)
+        if isinstance(outcome, DeadLetter):
             await self._dead_letter(record, outcome)
         self.metrics.records.labels(self.consumer, _label(outcome)).inc()
         for stage, seconds in watch.laps.items():
@@ -344,14 +354,14 @@ class Delivery:
             ],
         )
 
-    async def _retry(self, record: Inbound, retry: Retry) -> None:
+    async def _retry(self, record: Inbound, retry: Retry) -> Retry | DeadLetter:
+        """Re-publish ``record`` for a later attempt; the dead letter it becomes when its
+        attempts are spent or the broker will never take the copy."""
         attempt = record.attempt
         if attempt >= self.settings.max_attempts:
-            await self._dead_letter(
-                record,
-                DeadLetter("gave_up", f"{retry.cause}: {retry.reason} (after {attempt} attempts)"),
+            return DeadLetter(
+                "gave_up", f"{retry.cause}: {retry.reason} (after {attempt} attempts)"
             )
-            return
         delay_s = backoff_s(
             attempt,
             base_s=self.settings.retry_backoff_s,
@@ -364,7 +374,11 @@ class Delivery:
             (HEADER_FIRST_POSITION, str(record.first_position).encode()),
             (HEADER_LAST_ERROR, printable(retry.reason)[:500].encode("utf-8", "replace")),
         ]
-        await self._publish_own("retry", record.topic, record.value or b"", record.key, headers)
+        refused = await self._publish_own(
+            "retry", record.topic, record.value or b"", record.key, headers
+        )
+        if refused is not None:
+            return DeadLetter("retry_refused", f"{retry.reason}; its retry copy: {refused}")
         self.metrics.retries.labels(self.consumer, retry.cause).inc()
         log.info(
             "%s: retrying %s (attempt %d): %s",
@@ -373,17 +387,27 @@ class Delivery:
             attempt + 1,
             retry.reason,
         )
+        return retry
 
     async def _dead_letter(self, record: Inbound, letter: DeadLetter) -> None:
-        body, headers = dead_letter(
-            record,
-            cause=letter.cause,
-            reason=letter.reason,
-            consumer_group=self.settings.group_id,
-            payload_limit=self.settings.dead_letter_payload_bytes,
-            max_bytes=self.max_record_bytes,
-        )
-        await self._publish_own("dead_letter", dead_letter_topic(record.topic), body, None, headers)
+        """Publish the letter; if the broker refuses it for good, a minimal one (no payload, no
+        key), tried until it is taken: without it the record would be lost."""
+        for minimal in (False, True):
+            body, headers = dead_letter(
+                record,
+                cause=letter.cause,
+                reason=letter.reason,
+                consumer_group=self.settings.group_id,
+                payload_limit=self.settings.dead_letter_payload_bytes,
+                max_bytes=self.max_record_bytes,
+                minimal=minimal,
+            )
+            topic = dead_letter_topic(record.topic)
+            refused = await self._publish_own(
+                "dead_letter", topic, body, None, headers, until_taken=minimal
+            )
+            if refused is None:
+                break
         self.metrics.dead_letters.labels(record.topic, letter.cause).inc()
         log.warning(
             "%s: dead-lettered %s (%s): %s",
@@ -400,15 +424,23 @@ class Delivery:
         value: bytes,
         key: bytes | None,
         headers: Sequence[tuple[str, bytes]],
-    ) -> None:
-        """Publish to a topic of ours until the broker takes it (the record is lost otherwise)."""
+        *,
+        until_taken: bool = False,
+    ) -> str | None:
+        """Publish to a topic of ours, trying again while the broker may take it later.
+
+        Returns ``None`` once published, or why the broker will never take it (too large, …);
+        with ``until_taken`` even that is tried again, since there is nothing else to try.
+        """
         delay = self.settings.retry_backoff_s
         while True:
             try:
                 await self.publisher.publish(topic, value, key=key, headers=headers)
-                return
+                return None
             except PublishError as error:
                 self.metrics.publish_failures.labels(self.consumer, kind).inc()
+                if not error.retriable and not until_taken:
+                    return str(error)
                 log.error(
                     "%s: cannot publish a %s to %s (%s); trying again in %.1f s",
                     self.consumer,
@@ -417,8 +449,8 @@ class Delivery:
                     error,
                     delay,
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+            await self.sleep(delay)
+            delay = min(delay * 2, self.settings.retry_backoff_max_s)
 
     # ------------------------------------------------------------------ commits
 

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord
 
 from broker.settings import KafkaSettings
@@ -67,6 +67,10 @@ class AiokafkaPublisher:
     ) -> None:
         try:
             await self._producer.send_and_wait(topic, value, key=key, headers=list(headers))
+        except UnknownTopicOrPartitionError as error:
+            # aiokafka calls it retriable; a topic that does not exist (a client that closed
+            # and deleted its reply topic) will not appear because we wait: final.
+            raise PublishError(f"topic {topic!r} does not exist", retriable=False) from error
         except KafkaError as error:
             raise PublishError(
                 f"{type(error).__name__}: {error}", retriable=bool(error.retriable)

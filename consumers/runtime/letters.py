@@ -30,11 +30,19 @@ def dead_letter(
     consumer_group: str,
     payload_limit: int,
     max_bytes: int,
+    minimal: bool = False,
 ) -> tuple[bytes, list[tuple[str, bytes]]]:
-    """The dead letter of ``record`` as (value, headers), serialised under ``max_bytes``."""
+    """The dead letter of ``record`` as (value, headers), serialised under ``max_bytes``.
+
+    Every field is bounded: the payload (then halved until the letter fits), the key (1 KiB),
+    the reason (2,000 characters), and the origin (a topic name and two numbers; a first
+    position is only believed when it names this record's topic). ``minimal`` drops the payload
+    and the key: the letter of last resort when the broker refused the full one for good.
+    """
     value = record.value or b""
+    digest = hashlib.sha256(value).hexdigest()
     first = record.first_position
-    limit = min(payload_limit, len(value))
+    limit = 0 if minimal else min(payload_limit, len(value))
     while True:
         letter = DeadLetterV1(
             topic=first.topic,
@@ -44,10 +52,10 @@ def dead_letter(
             cause=cause,
             reason=printable(reason)[:MAX_REASON_CHARS],
             attempts=record.attempt,
-            key=None if record.key is None else printable(_cut(record.key, 1024)),
+            key=None if record.key is None or minimal else printable(_cut(record.key, 1024)),
             payload=printable(_cut(value, limit)),
             payload_bytes=len(value),
-            payload_sha256=hashlib.sha256(value).hexdigest(),
+            payload_sha256=digest,
             payload_truncated=limit < len(value),
         )
         body = letter.model_dump_json().encode()

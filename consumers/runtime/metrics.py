@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-# Stage latencies: a bucket at each target (a 15 ms build, a 50 ms p99) and at the 1 s timeout.
+# Stage latencies: a bucket at each target (a 15 ms build, a 50 ms p99), at the 1 s source
+# timeout, and up to the 10 s publish timeout.
 STAGE_BUCKETS = (
     0.0001,
     0.00025,

@@ -8,8 +8,10 @@ A handler turns an :class:`Inbound` record into one :data:`Outcome`:
 * :class:`Retry`: a transient failure; try again later (bounded, then a dead letter).
 
 Retry state travels in the record's own headers (docs/delivery.md): a retried record is
-re-published to its topic with ``contextcore-attempt`` one higher and ``contextcore-not-before``
-set, so the count survives a restart and a rebalance, and no process keeps it in memory.
+re-published to its topic with ``contextcore-attempt`` one higher and ``contextcore-not-before-ms``
+set, so the count survives a restart and a rebalance, and no process keeps it in memory. Any
+producer can set these headers, so they are read defensively: a first delivery never waits,
+a wait is capped by the back-off of its attempt, and a first position must name this topic.
 """
 
 from __future__ import annotations
@@ -42,10 +44,16 @@ def _header(headers: Headers, name: str) -> str | None:
     return None
 
 
-def _positive_int(text: str | None) -> int | None:
-    if text is None or not text.isdigit() or len(text) > 18:
+def _natural(text: str | None) -> int | None:
+    """A non-negative integer written in plain ASCII digits (at most 18), or ``None``."""
+    if text is None or not text.isascii() or not text.isdigit() or len(text) > 18:
         return None
     return int(text)
+
+
+def _positive_int(text: str | None) -> int | None:
+    value = _natural(text)
+    return value if value else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +71,7 @@ class Position:
             return None
         topic, _, rest = text.rpartition("/")
         topic, _, partition = topic.rpartition("/")
-        p, o = _positive_int(partition), _positive_int(rest)
+        p, o = _natural(partition), _natural(rest)
         if not topic or p is None or o is None:
             return None
         return cls(topic, p, o)
@@ -91,13 +99,18 @@ class Inbound:
 
     @property
     def not_before_ms(self) -> int | None:
-        """Wall-clock milliseconds before which a retried record is not handled again."""
+        """Wall-clock milliseconds before which a retried record is not handled again (never
+        for a first delivery, whatever its headers say)."""
+        if self.attempt == 1:
+            return None
         return _positive_int(_header(self.headers, HEADER_NOT_BEFORE))
 
     @property
     def first_position(self) -> Position:
-        """Where the record first arrived (a retry is re-published elsewhere in the topic)."""
-        return Position.parse(_header(self.headers, HEADER_FIRST_POSITION)) or self.position
+        """Where the record first arrived (a retry is re-published elsewhere in its topic); a
+        header naming another topic is not believed."""
+        first = Position.parse(_header(self.headers, HEADER_FIRST_POSITION))
+        return first if first is not None and first.topic == self.topic else self.position
 
     @property
     def last_error(self) -> str | None:

@@ -19,8 +19,10 @@ class ConsumerSettings(BaseSettings):
     """Records handled at once by one process; the fetch waits while all slots are busy."""
     handle_timeout_s: float = Field(default=30.0, gt=0)
     """A handler that takes longer is cancelled and its record retried."""
-    stuck_after_s: float = Field(default=60.0, gt=0)
-    """``/healthz`` fails while a record has been in flight longer than this (liveness)."""
+    stuck_after_s: float = Field(default=90.0, gt=0)
+    """``/healthz`` fails while a record has been in flight longer than this (liveness). It must
+    exceed the longest a healthy record may take: its back-off, its handling and two publishes
+    (checked when the app is built)."""
     commit_interval_s: float = Field(default=0.05, ge=0)
     """At most one offset commit per interval: positions that move meanwhile go in the next
     one. A crash replays at most this much finished work (at least once)."""
@@ -38,6 +40,9 @@ class ConsumerSettings(BaseSettings):
     def _coherent(self) -> Self:
         if self.retry_backoff_max_s < self.retry_backoff_s:
             raise ValueError("retry_backoff_max_s must be at least retry_backoff_s")
-        if self.stuck_after_s <= self.handle_timeout_s:
-            raise ValueError("stuck_after_s must exceed handle_timeout_s")
         return self
+
+    def longest_healthy_record_s(self, publish_timeout_s: float) -> float:
+        """A record's worst healthy time in flight: its back-off wait, its handling, and a reply
+        (or its fallback) that waits out the publish timeout twice."""
+        return self.retry_backoff_max_s + self.handle_timeout_s + 2 * publish_timeout_s

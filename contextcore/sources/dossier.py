@@ -85,9 +85,12 @@ DOCUMENTS = TenantQuery(
     "dossier.documents",
     """
 -- dossier.documents: active documents, newest first; $2 caps the rows (NULL: no cap). Each row
--- also carries the count of every active document, whatever the cap (the window runs before
--- the LIMIT): one read for both.
-SELECT title, summary, created_at, count(*) OVER () AS total FROM organization_documents
+-- also carries the count of every active document, whatever the cap (a scalar subquery, run
+-- once, answered from the partial index): one read for both.
+SELECT title, summary, created_at,
+       (SELECT count(*) FROM organization_documents
+        WHERE organization_id = $1 AND status = 'active') AS total
+FROM organization_documents
 WHERE organization_id = $1 AND status = 'active'
 ORDER BY created_at DESC, id DESC
 LIMIT $2

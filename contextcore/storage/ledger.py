@@ -51,7 +51,8 @@ async def prune(
     """Delete up to ``batch`` claims older than ``older_than``, across tenants; how many went.
 
     Runs as the service role through a SECURITY DEFINER function: the runtime login may delete
-    expired claims and nothing else of another tenant's.
+    expired claims and nothing else of another tenant's, and never a claim younger than a day
+    (the function's floor, migration 00006), whatever ``older_than`` says.
 
     Raises:
         ValueError: ``batch`` or ``older_than`` is not positive.

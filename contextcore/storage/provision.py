@@ -17,6 +17,10 @@ Everything is idempotent; a password in a URL is (re)set on its role.
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import secrets
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
@@ -53,6 +57,8 @@ _ALTER_LOGIN = (
     "SELECT format('ALTER ROLE %I LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS "
     "NOREPLICATION ' || $2::text, $1::text)"
 )
+# The password travels as a SCRAM verifier computed here: the clear text never reaches the
+# server, its logs or pg_stat_statements.
 _PASSWORD = "SELECT format('ALTER ROLE %I PASSWORD %L', $1::text, $2::text)"
 _CREATE_SERVICE_ROLE = "SELECT format('CREATE ROLE %I NOLOGIN NOINHERIT', $1::text)"
 _GRANT_MEMBERSHIP = "SELECT format('GRANT %I TO %I', $1::text, $2::text)"
@@ -87,7 +93,30 @@ async def _ensure_login(
         await _run(conn, _CREATE_LOGIN, login.user, attributes)
         done.append(f"created login role {login.user}")
     if login.password is not None:
-        await _run(conn, _PASSWORD, login.user, login.password)
+        await _run(conn, _PASSWORD, login.user, scram_verifier(login.password))
+
+
+def scram_verifier(password: str, *, iterations: int = 4096, salt: bytes | None = None) -> str:
+    """The SCRAM-SHA-256 verifier PostgreSQL stores for ``password`` (RFC 5802, RFC 7677).
+
+    PostgreSQL accepts a verifier in ``ALTER ROLE … PASSWORD`` and stores it as it is. Only
+    printable ASCII is accepted, where SASLprep (which clients apply) changes nothing.
+
+    Raises:
+        ConfigurationError: the password holds anything but printable ASCII.
+    """
+    if not password.isascii() or not password.isprintable():
+        raise ConfigurationError("a provisioned password must be printable ASCII")
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    server_key = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
+    b64 = base64.b64encode
+    return (
+        f"SCRAM-SHA-256${iterations}:{b64(salt).decode()}"
+        f"${b64(stored_key).decode()}:{b64(server_key).decode()}"
+    )
 
 
 async def provision_roles(

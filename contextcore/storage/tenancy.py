@@ -109,7 +109,7 @@ class TenantDatabase:
     def __init__(self, pool: asyncpg.Pool | None, *, role: str = SERVICE_ROLE) -> None:
         """``pool`` may be ``None`` where sources are only declared (``contextcore policy
         check``): opening a scope then fails with :class:`InfrastructureUnavailable`."""
-        if not _ROLE_NAME.match(role):
+        if not _ROLE_NAME.fullmatch(role):
             raise ValueError(f"not a plain role name: {role!r}")
         self.pool = pool
         self.role = role
@@ -144,7 +144,8 @@ class TenantDatabase:
         enter = _ENTER_SCOPE.format(
             mode=" READ ONLY" if readonly else "",
             role=self.role,
-            organization="" if organization is None else str(organization),
+            # a plain UUID's text, whatever subclass the caller passed
+            organization="" if organization is None else str(UUID(int=organization.int)),
             platform="on" if organization is None else "",
         )
         async with self.pool.acquire() as conn:

@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -129,7 +130,13 @@ class Librdkafka:
         self.reader.assign([TopicPartition(reply_topic, 0, OFFSET_BEGINNING)])
         self.replies: dict[str, dict[str, Any]] = {}
 
-    def send(self, topic: str, value: bytes, key: bytes) -> tuple[int, int]:
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes,
+        headers: Sequence[tuple[str, str | bytes | None]] | None = None,
+    ) -> tuple[int, int]:
         """Publish and wait for the acknowledgement; the record's (partition, offset)."""
         where: list[tuple[int, int]] = []
 
@@ -137,7 +144,9 @@ class Librdkafka:
             assert error is None, error
             where.append((message.partition(), message.offset()))
 
-        self.producer.produce(topic, value, key=key, on_delivery=delivered)
+        self.producer.produce(
+            topic, value, key=key, headers=list(headers or ()), on_delivery=delivered
+        )
         self.producer.flush(30)
         assert where, "the broker did not acknowledge the record"
         return where[0]

@@ -110,9 +110,12 @@ async def test_prune_forgets_expired_claims_of_every_tenant_and_refuses_a_bad_ba
             await runtime.execute("SET LOCAL ROLE contextcore_app")
             with pytest.raises(asyncpg.InvalidParameterValueError, match="must be positive"):
                 await runtime.fetchval("SELECT contextcore_prune_processed_messages('7 days', 0)")
-        assert await ledger.prune(runtime, older_than=timedelta(days=7), batch=1) == 1
-        assert await ledger.prune(runtime, older_than=timedelta(days=7)) == 1
-        assert await ledger.prune(runtime, older_than=timedelta(days=7)) == 0
+        # whatever retention the caller asks for, claims younger than a day stay (00006): a
+        # microsecond prunes the two 8-day-old claims, a bounded batch at a time, not the new
+        tiny = timedelta(microseconds=1)
+        assert await ledger.prune(runtime, older_than=tiny, batch=1) == 1
+        assert await ledger.prune(runtime, older_than=tiny) == 1
+        assert await ledger.prune(runtime, older_than=tiny) == 0
     finally:
         await runtime.close()
     left = await admin.fetch("SELECT message_id FROM processed_messages ORDER BY 1")

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from consumers.runtime.delivery import Delivery, PublishError
@@ -144,8 +145,8 @@ class Rig:
         """Let every started record finish and the committer run."""
         for _ in range(50):
             await asyncio.sleep(0)
-        while self.delivery._tasks:
-            await asyncio.gather(*self.delivery._tasks)
+        while tasks := [t for ts in self.delivery._tasks.values() for t in ts]:
+            await asyncio.gather(*tasks)
         for _ in range(20):
             await asyncio.sleep(0)
 
@@ -350,8 +351,8 @@ async def test_a_dead_letter_the_broker_refuses_is_tried_again_until_it_is_taken
     await rig.close()
 
 
-async def test_a_retried_record_waits_out_its_back_off_capped() -> None:
-    rig = Rig(Scripted(lambda r: Done()), retry_backoff_max_s=0.05)
+async def test_a_retried_copy_waits_out_its_back_off_and_no_more() -> None:
+    rig = Rig(Scripted(lambda r: Done()), retry_backoff_s=0.01, retry_backoff_max_s=0.05)
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
@@ -359,13 +360,65 @@ async def test_a_retried_record_waits_out_its_back_off_capped() -> None:
 
     rig.delivery.sleep = sleep
     rig.delivery.wall_ms = lambda: 1_000_000
-    soon, far_future = b"1000300", str(10**15).encode()  # a forged header cannot park a slot
-    await rig.delivery.submit(Inbound("t", 0, 0, None, b"{}", ((HEADER_NOT_BEFORE, soon),)))
-    await rig.delivery.submit(Inbound("t", 0, 1, None, b"{}", ((HEADER_NOT_BEFORE, far_future),)))
-    await rig.delivery.submit(Inbound("t", 0, 2, None, b"{}", ((HEADER_NOT_BEFORE, b"5"),)))
+
+    def copy(offset: int, attempt: bytes, not_before: bytes) -> Inbound:
+        return Inbound(
+            "t",
+            0,
+            offset,
+            None,
+            b"{}",
+            ((HEADER_ATTEMPT, attempt), (HEADER_NOT_BEFORE, not_before)),
+        )
+
+    await rig.delivery.submit(copy(0, b"2", b"1000005"))  # 5 ms to go: waits 5 ms
+    await rig.delivery.submit(copy(1, b"3", str(10**15).encode()))  # forged: its back-off, 20 ms
+    await rig.delivery.submit(copy(2, b"1", str(10**15).encode()))  # a first delivery never waits
+    await rig.delivery.submit(copy(3, b"2", b"5"))  # due in the past: no wait
     await rig.settle()
-    assert sorted(waits) == [0.05, 0.05]  # 300 ms and forever, both capped; the past: none
-    assert rig.committer.last() == 3
+    assert sorted(waits) == pytest.approx([0.005, 0.02])
+    assert rig.committer.last() == 4
+    await rig.close()
+
+
+async def test_a_copy_or_a_letter_the_broker_will_never_take_does_not_stall_the_partition() -> None:
+    def explode(record: Inbound) -> Outcome:
+        raise RuntimeError("flaky")
+
+    rig = Rig(Scripted(explode))
+    rig.publisher.failures["t"] = [PublishError("too large", retriable=False)]
+    rig.publisher.failures["t.dlt"] = [PublishError("too large", retriable=False)]
+    await rig.delivery.submit(record(0, b"x" * 1000))
+    await rig.settle()
+    [letter] = rig.publisher.to("t.dlt")  # the full letter refused: the minimal one went
+    parsed = DeadLetterV1.model_validate_json(letter.value)
+    assert (parsed.cause, parsed.payload, parsed.payload_bytes) == ("retry_refused", "", 1000)
+    assert "its retry copy: too large" in parsed.reason
+    assert rig.committer.last() == 1
+    await rig.close()
+
+
+async def test_a_forged_first_position_is_not_believed() -> None:
+    rig = Rig(Scripted(lambda r: DeadLetter("invalid", "bad")))
+    forged = {HEADER_FIRST_POSITION: b"payments/0/7", HEADER_ATTEMPT: b"2"}
+    await rig.delivery.submit(record(3, headers=forged))
+    await rig.settle()
+    [letter] = rig.publisher.to("t.dlt")
+    parsed = DeadLetterV1.model_validate_json(letter.value)
+    assert (parsed.topic, parsed.partition, parsed.offset) == ("t", 0, 3)
+    assert letter.headers["x-original-topic"] == b"t"
+    await rig.close()
+
+
+async def test_a_record_still_running_when_its_partition_is_revoked_is_cancelled() -> None:
+    handler = Scripted(reply)
+    handler.hold(0)
+    rig = Rig(handler, drain_timeout_s=0.05)
+    await rig.delivery.submit(record(0, partition=1))
+    await rig.delivery.revoke([("t", 1)])
+    await rig.settle()
+    assert rig.publisher.to("replies") == []  # cancelled: never replied once no longer ours
+    assert rig.committer.last(("t", 1)) is None  # and not committed: the next owner has it
     await rig.close()
 
 
