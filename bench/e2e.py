@@ -208,6 +208,7 @@ class Client:
 class Run:
     latencies: list[float] = field(default_factory=list)
     sent: int = 0
+    ids: set[bytes] = field(default_factory=set)
 
     @property
     def answered(self) -> int:
@@ -259,7 +260,19 @@ def open_loop(
         time.sleep(0.02)
     run = Run(sent=total)
     run.latencies = [client.arrived[c] - t for c, t in due.items() if c in client.arrived]
+    run.ids = set(due)
     return run
+
+
+def drain(client: Client, sent: set[bytes], wait_s: float = 180.0) -> bool:
+    """Wait until every request sent so far was answered: a step must not start on the
+    backlog of the one before it. ``False`` when the backlog did not clear in time."""
+    deadline = time.perf_counter() + wait_s
+    while time.perf_counter() < deadline:
+        if all(c in client.arrived for c in sent):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def sequential(client: Client, topic: str, make: Callable[[str], bytes], count: int) -> Run:
@@ -350,22 +363,23 @@ def measure(target: Target, orgs: list[Org], args: argparse.Namespace) -> Figure
             with consumers(target, topic, count) as running:
                 warm = open_loop(client, topic, make, rate=50, seconds=8, wait_s=60)
                 figures.add(warm.line(f"warm-up, {count} process(es), 50/s"))
-                scrapes = [c.metrics() if not target.legacy else "" for c in running]
+                sent: set[bytes] = set(warm.ids)
+                scrapes: list[tuple[str, str]] = []
                 if count == 1:
                     seq = sequential(client, topic, make, args.sequential)
                     figures.add(seq.line("sequential round trip"))
                     figures.values["sequential_p50"] = seq.percentile(0.5)
-                    for rate in args.rates:
-                        cpu = cpu_seconds()
-                        run = open_loop(client, topic, make, rate=rate, seconds=args.seconds)
-                        figures.add(run.line(f"{rate:g} req/s, 1 process"))
-                        figures.add(cpu_line(cpu, cpu_seconds(), run.sent))
-                        figures.values[f"p99@{rate:g}"] = run.percentile(0.99)
-                        figures.values[f"p50@{rate:g}"] = run.percentile(0.5)
                 best = 0.0
-                for rate in args.ladder:
+                for rate in args.ladder:  # lowest first; stop at the first rate not sustained
+                    if not drain(client, sent):
+                        break
                     cpu = cpu_seconds()
+                    before = [c.metrics() if not target.legacy else "" for c in running]
                     run = open_loop(client, topic, make, rate=rate, seconds=args.seconds)
+                    if not scrapes:  # stage means at the first (lowest) rate of the ladder
+                        after = [c.metrics() if not target.legacy else "" for c in running]
+                        scrapes = list(zip(before, after, strict=True))
+                    sent |= run.ids
                     figures.add(run.line(f"ladder {rate:g} req/s, {count} process(es)"))
                     figures.add(cpu_line(cpu, cpu_seconds(), run.sent))
                     if not run.sustained:
@@ -373,14 +387,25 @@ def measure(target: Target, orgs: list[Org], args: argparse.Namespace) -> Figure
                     best = rate
                 figures.add(f"max sustainable (p99 <= 100 ms), {count} process(es): {best:g} req/s")
                 figures.values[f"max@{count}"] = best
+                if count == 1:
+                    for rate in args.rates:  # last: a rate beyond capacity leaves a backlog
+                        if not drain(client, sent):
+                            figures.add("  (the backlog of the step before did not clear)")
+                        cpu = cpu_seconds()
+                        run = open_loop(client, topic, make, rate=rate, seconds=args.seconds)
+                        sent |= run.ids
+                        figures.add(run.line(f"{rate:g} req/s, 1 process"))
+                        figures.add(cpu_line(cpu, cpu_seconds(), run.sent))
+                        figures.values[f"p99@{rate:g}"] = run.percentile(0.99)
+                        figures.values[f"p50@{rate:g}"] = run.percentile(0.5)
                 for index, consumer in enumerate(running):
                     rss = consumer.peak_rss_mb()
                     figures.add(f"consumer {index} peak RSS: {rss:.0f} MB")
                     figures.values[f"rss@{count}.{index}"] = rss
-                    if not target.legacy:
-                        means = stage_means(scrapes[index], consumer.metrics())
+                    if not target.legacy and scrapes:
+                        means = stage_means(*scrapes[index])
                         figures.add(
-                            f"consumer {index} mean per stage: "
+                            f"consumer {index} mean per stage at {args.ladder[0]:g} req/s: "
                             + ", ".join(f"{s} {v * 1000:.2f} ms" for s, v in sorted(means.items()))
                         )
         finally:
