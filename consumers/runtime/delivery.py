@@ -89,6 +89,9 @@ class Committer(Protocol):
     async def commit(self, positions: Mapping[TopicPartition, int]) -> None:
         """Commit each partition's next offset to read."""
 
+    def owns(self, partition: TopicPartition) -> bool:
+        """Whether the group assigned ``partition`` to this member right now."""
+
 
 class RecordHandler(Protocol):
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
@@ -230,9 +233,14 @@ class Delivery:
         await self._slots.acquire()
         partition = (record.topic, record.partition)
         tracker = self.in_flight.tracker(partition)
+        if tracker is None and self._committer is not None and self._committer.owns(partition):
+            # assigned, and its record arrived before the listener told us: track it now, or
+            # a later record's commit would pass this one
+            self.in_flight.assign([partition])
+            tracker = self.in_flight.tracker(partition)
         if (
             self._closing
-            or tracker is None  # revoked meanwhile: the partition's new owner reads it
+            or tracker is None  # not ours (revoked meanwhile): its owner reads it
             or partition in self._revoking
             or not tracker.start(record.offset, self.clock())
         ):

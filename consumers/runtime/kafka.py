@@ -93,6 +93,9 @@ class ConsumerCommitter:
             }
         )
 
+    def owns(self, partition: Partition) -> bool:
+        return TopicPartition(*partition) in self._consumer.assignment()
+
 
 class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]
     """Tells the delivery which partitions this member gained, and drains the ones it lost

@@ -74,6 +74,11 @@ class FakeCommitter:
     async def commit(self, positions: Mapping[tuple[str, int], int]) -> None:
         self.commits.append(dict(positions))
 
+    owned: set[tuple[str, int]] = field(default_factory=set)
+
+    def owns(self, partition: tuple[str, int]) -> bool:
+        return partition in self.owned
+
     def last(self, partition: tuple[str, int] = ("t", 0)) -> int | None:
         found = [c[partition] for c in self.commits if partition in c]
         return found[-1] if found else None
@@ -243,6 +248,17 @@ async def test_records_finish_out_of_order_and_commits_wait_for_the_lowest() -> 
     handler.gates[0].set()
     await rig.settle()
     assert rig.committer.last() == 4
+    await rig.close()
+
+
+async def test_a_record_of_an_owned_partition_the_listener_did_not_announce_is_tracked() -> None:
+    rig = Rig(Scripted(reply))
+    rig.committer.owned = {("t", 5)}
+    await rig.delivery.submit(Inbound("t", 5, 10, None, b"{}"))  # assigned: handled
+    await rig.delivery.submit(Inbound("t", 6, 10, None, b"{}"))  # not ours: left to its owner
+    await rig.settle()
+    assert rig.handler.seen == [10]
+    assert rig.committer.last(("t", 5)) == 11
     await rig.close()
 
 
