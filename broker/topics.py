@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -44,6 +44,21 @@ def all_topics(topics: TopicSettings) -> list[TopicSpec]:
     return build_topics(topics)
 
 
+async def reach(start: Awaitable[None], bootstrap_servers: str, timeout_s: float) -> None:
+    """Await a Kafka client's ``start()``.
+
+    Raises:
+        InfrastructureUnavailable: the broker did not answer within ``timeout_s`` (one line;
+            the caller closes its client).
+    """
+    try:
+        await asyncio.wait_for(start, timeout_s)
+    except (TimeoutError, KafkaConnectionError, OSError) as error:
+        raise InfrastructureUnavailable(
+            f"cannot reach the Kafka broker at {bootstrap_servers}: {error or 'timed out'}"
+        ) from error
+
+
 async def ensure_topics(
     bootstrap_servers: str, topics: list[TopicSpec], *, timeout_s: float = 10.0
 ) -> list[str]:
@@ -57,12 +72,10 @@ async def ensure_topics(
     )
     with _quiet("aiokafka"):  # the one-line error below says it all; no log line per attempt
         try:
-            await asyncio.wait_for(admin.start(), timeout_s)
-        except (TimeoutError, KafkaConnectionError, OSError) as error:
+            await reach(admin.start(), bootstrap_servers, timeout_s)
+        except InfrastructureUnavailable:
             await admin.close()
-            raise InfrastructureUnavailable(
-                f"cannot reach the Kafka broker at {bootstrap_servers}: {error or 'timed out'}"
-            ) from error
+            raise
     try:
         existing = set(await admin.list_topics())
         created: list[str] = []

@@ -20,11 +20,10 @@ import uuid
 from types import TracebackType
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaConnectionError
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
-from broker.topics import TopicSpec, delete_topics, ensure_topics
+from broker.topics import TopicSpec, delete_topics, ensure_topics, reach
 from contextcore.errors import (
     DuplicateCorrelationId,
     InfrastructureUnavailable,
@@ -112,13 +111,11 @@ class ContextClient:
             fetch_max_wait_ms=self._fetch_max_wait_ms,
         )
         try:
-            await asyncio.wait_for(self._producer.start(), self._connect_timeout_s)
-            await asyncio.wait_for(self._consumer.start(), self._connect_timeout_s)
-        except (TimeoutError, KafkaConnectionError, OSError) as error:
+            await reach(self._producer.start(), self.bootstrap_servers, self._connect_timeout_s)
+            await reach(self._consumer.start(), self.bootstrap_servers, self._connect_timeout_s)
+        except InfrastructureUnavailable:
             await self.close()
-            raise InfrastructureUnavailable(
-                f"cannot reach the Kafka broker at {self.bootstrap_servers}: {error}"
-            ) from error
+            raise
         self._consumer.assign([TopicPartition(self.reply_topic, 0)])
         self._reader = asyncio.create_task(self._read_replies(self._consumer))
 

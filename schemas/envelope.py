@@ -53,15 +53,22 @@ def reply_address(data: Any) -> tuple[str, str] | None:
     return address.reply_to, address.correlation_id
 
 
-def printable(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD, so it can always be encoded.
+def has_lone_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone UTF-16 surrogate, which UTF-8 cannot encode.
 
-    JSON may escape a lone surrogate (``"\\ud800"``) and Python decodes it into a ``str`` that
-    UTF-8 cannot encode; an error message quoting such input must still be serialisable.
+    JSON may escape one (``"\\ud800"``) and Python decodes it into such a ``str``.
     """
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        return True
+    return False
+
+
+def printable(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so it can always be encoded: an
+    error message quoting such input must still be serialisable."""
+    if has_lone_surrogate(text):
         return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
     return text
 

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Any
 
-from schemas.envelope import reply_address
+from schemas.envelope import has_lone_surrogate, reply_address
 
 MAX_DEPTH = 64
 MAX_INT = 2**63
@@ -60,14 +60,6 @@ def _number(text: str) -> float:
 def _path(parts: list[str | int]) -> str:
     joined = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
     return joined.lstrip(".") or "<root>"
-
-
-def _has_lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def decode(value: bytes | None, *, lenient: tuple[tuple[str, ...], ...] = ()) -> Any:
@@ -128,14 +120,14 @@ def _lone_surrogates(data: Any, lenient: tuple[tuple[str, ...], ...]) -> None:
             continue
         if isinstance(node, dict):
             for key, child in node.items():
-                if _has_lone_surrogate(key):
+                if has_lone_surrogate(key):
                     raise WireError(
                         "lone_surrogate", f"a key at {_path(path)} holds a lone surrogate"
                     )
                 stack.append((child, [*path, key]))
         elif isinstance(node, list):
             stack.extend((child, [*path, index]) for index, child in enumerate(node))
-        elif isinstance(node, str) and _has_lone_surrogate(node):
+        elif isinstance(node, str) and has_lone_surrogate(node):
             raise WireError("lone_surrogate", f"{_path(path)} holds a lone surrogate")
 
 

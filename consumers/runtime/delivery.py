@@ -306,11 +306,32 @@ class Delivery:
             self.metrics.stage_seconds.labels(self.consumer, stage).observe(seconds)
 
     async def _reply(self, reply: Reply, watch: Stopwatch) -> Outcome:
-        """Publish ``reply`` (or its fallback); what is left to do when neither went out."""
+        """Publish ``reply``, or its fallback when it cannot go out; what is left to do when
+        neither went out."""
+        sent = await self._send(reply, reply.message, watch)
+        if sent is None:
+            return reply
+        if isinstance(sent, Retry):
+            return sent
+        refused = f"the reply to {reply.topic!r} cannot be sent: {sent}"
+        if reply.fallback is None:
+            return DeadLetter("reply_refused", refused)
+        fallback = reply.fallback(printable(refused))
+        sent = await self._send(reply, fallback, Stopwatch())
+        if isinstance(sent, Retry):
+            return sent
+        if sent is not None:
+            return DeadLetter("reply_refused", f"{refused}; its error reply too: {sent}")
+        log.warning("%s: sent an error reply instead: %s", self.consumer, printable(refused)[:300])
+        return Reply(reply.topic, reply.correlation_id, fallback)
+
+    async def _send(self, reply: Reply, message: BaseModel, watch: Stopwatch) -> Retry | str | None:
+        """Serialise ``message`` and publish it to ``reply``'s topic: ``None`` once published,
+        a :class:`Retry` when the broker may take it later, or why it never will."""
         with watch.stage("serialise"):
-            body, problem = self._serialise(reply.message)
+            body, problem = self._serialise(message)
         if body is None:
-            return await self._publish_fallback(reply, problem)
+            return problem
         try:
             with watch.stage("publish"):
                 await self._publish_reply(reply, body)
@@ -318,8 +339,8 @@ class Delivery:
             self.metrics.publish_failures.labels(self.consumer, "reply").inc()
             if error.retriable:
                 return Retry("reply_publish", f"the reply to {reply.topic!r} failed: {error}")
-            return await self._publish_fallback(reply, f"the broker refused it: {error}")
-        return reply
+            return f"the broker refused it: {error}"
+        return None
 
     def _serialise(self, message: BaseModel) -> tuple[bytes | None, str]:
         try:
@@ -329,27 +350,6 @@ class Delivery:
         if len(body) > self.max_record_bytes:
             return None, f"it is {len(body)} bytes, over the {self.max_record_bytes}-byte limit"
         return body, ""
-
-    async def _publish_fallback(self, reply: Reply, problem: str) -> Outcome:
-        """The handler's small error reply in place of ``reply``, which cannot go out."""
-        refused = f"the reply to {reply.topic!r} cannot be sent: {problem}"
-        if reply.fallback is None:
-            return DeadLetter("reply_refused", refused)
-        fallback = reply.fallback(printable(refused))
-        body, fallback_problem = self._serialise(fallback)
-        if body is None:
-            return DeadLetter(
-                "reply_refused", f"{refused}; its error reply too: {fallback_problem}"
-            )
-        try:
-            await self._publish_reply(reply, body)
-        except PublishError as error:
-            self.metrics.publish_failures.labels(self.consumer, "reply").inc()
-            if error.retriable:
-                return Retry("reply_publish", f"the error reply to {reply.topic!r} failed: {error}")
-            return DeadLetter("reply_refused", f"{refused}; its error reply too: {error}")
-        log.warning("%s: sent an error reply instead: %s", self.consumer, printable(refused)[:300])
-        return Reply(reply.topic, reply.correlation_id, fallback)
 
     async def _publish_reply(self, reply: Reply, body: bytes) -> None:
         await self.publisher.publish(

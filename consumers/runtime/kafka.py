@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaError, UnknownTopicOrPartitionError
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord
 
 from broker.settings import KafkaSettings
+from broker.topics import reach
 from consumers.runtime.delivery import Delivery, PublishError
 from consumers.runtime.records import Inbound
 from consumers.runtime.tracker import TopicPartition as Partition
@@ -46,13 +46,14 @@ class AiokafkaPublisher:
 
     async def start(self) -> None:
         try:
-            await asyncio.wait_for(self._producer.start(), self._kafka.connect_timeout_s)
-        except (TimeoutError, KafkaConnectionError, OSError) as error:
+            await reach(
+                self._producer.start(),
+                self._kafka.require_bootstrap_servers(),
+                self._kafka.connect_timeout_s,
+            )
+        except InfrastructureUnavailable:
             await self._producer.stop()
-            raise InfrastructureUnavailable(
-                f"cannot reach the Kafka broker at {self._kafka.bootstrap_servers}: "
-                f"{error or 'timed out'}"
-            ) from error
+            raise
 
     async def stop(self) -> None:
         await self._producer.stop()

@@ -112,10 +112,6 @@ class Inbound:
         first = Position.parse(_header(self.headers, HEADER_FIRST_POSITION))
         return first if first is not None and first.topic == self.topic else self.position
 
-    @property
-    def last_error(self) -> str | None:
-        return _header(self.headers, HEADER_LAST_ERROR)
-
     def own_headers(self) -> list[tuple[str, bytes]]:
         """The client's headers, without the runtime's retry headers."""
         return [(k, v) for k, v in self.headers if k not in RUNTIME_HEADERS]

@@ -87,10 +87,6 @@ class InFlight:
     def tracker(self, partition: TopicPartition) -> PartitionTracker | None:
         return self.trackers.get(partition)
 
-    @property
-    def in_flight(self) -> int:
-        return sum(t.in_flight for t in list(self.trackers.values()))
-
     def oldest_ages(self, now: float) -> dict[TopicPartition, float]:
         """Per partition, the age of the record that holds its commit position back."""
         ages: dict[TopicPartition, float] = {}

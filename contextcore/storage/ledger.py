@@ -17,7 +17,7 @@ from datetime import timedelta
 
 import asyncpg
 
-from contextcore.storage.tenancy import SERVICE_ROLE, TenantConnection, TenantQuery
+from contextcore.storage.tenancy import SERVICE_ROLE, TenantConnection, TenantQuery, service_role
 
 CLAIM = TenantQuery(
     "ledger.claim",
@@ -61,7 +61,6 @@ async def prune(
         raise ValueError(f"prune batch must be a positive integer, not {batch!r}")
     if older_than <= timedelta(0):
         raise ValueError(f"prune retention must be positive, not {older_than}")
-    async with conn.transaction():
-        await conn.execute("SELECT set_config('role', $1, true)", role)
+    async with service_role(conn, role=role):
         removed: int = await conn.fetchval(_PRUNE_SQL, older_than, batch)
     return removed

@@ -21,6 +21,7 @@ from pathlib import Path
 import asyncpg
 
 from contextcore.errors import MigrationFailed, MigrationFileError, SchemaError
+from contextcore.storage.tenancy import service_role
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _FILE_NAME = re.compile(r"^(?P<version>\d{5})_(?P<name>[a-z0-9_]+)\.sql$")
@@ -136,8 +137,7 @@ async def verify(
     if role is None:
         applied = await applied_migrations(conn)
     else:
-        async with conn.transaction(readonly=True):
-            await conn.execute("SELECT set_config('role', $1, true)", role)
+        async with service_role(conn, role=role, readonly=True):
             applied = await applied_migrations(conn)
     problems = problems_of(migrations, applied)
     if problems:

@@ -103,6 +103,17 @@ class TenantConnection:
         return await self._conn.execute(query.sql, self.organization_id, *args)
 
 
+@asynccontextmanager
+async def service_role(
+    conn: Connection, *, role: str = SERVICE_ROLE, readonly: bool = False
+) -> AsyncIterator[None]:
+    """A transaction of ``conn`` as the service role, in no tenant's scope: for what the role
+    does across tenants (the schema check, the ledger's prune), never for tenant rows."""
+    async with conn.transaction(readonly=readonly):
+        await conn.execute("SELECT set_config('role', $1, true)", role)
+        yield
+
+
 class TenantDatabase:
     """Scoped access to a pool (the primary, or a read replica for ``scoped`` reads)."""
 
