@@ -58,5 +58,11 @@ class TopicSettings(BaseSettings):
 
     build_request: str = "contextcore.build-request"
     build_request_partitions: int = Field(default=4, ge=1)
+    upload: str = "contextcore.upload"
+    upload_partitions: int = Field(default=2, ge=1)
+    embed: str = "contextcore.embed"
+    """Embedding batches: the upload consumer writes them, the embedding group reads them."""
+    embed_partitions: int = Field(default=8, ge=1)
+    """The embedding group's ceiling: one process per partition at most does work."""
     reply_prefix: str = "contextcore.reply"
     """Clients create an ephemeral reply topic ``<prefix>.<client id>`` and delete it on close."""

@@ -39,9 +39,25 @@ def build_topics(topics: TopicSettings) -> list[TopicSpec]:
     ]
 
 
+def upload_topics(topics: TopicSettings) -> list[TopicSpec]:
+    """The upload topic, the embedding topic it feeds, and their dead-letter topics."""
+    return [
+        TopicSpec(topics.upload, topics.upload_partitions),
+        TopicSpec(dead_letter_topic(topics.upload), 1),
+        *embed_topics(topics),
+    ]
+
+
+def embed_topics(topics: TopicSettings) -> list[TopicSpec]:
+    return [
+        TopicSpec(topics.embed, topics.embed_partitions),
+        TopicSpec(dead_letter_topic(topics.embed), 1),
+    ]
+
+
 def all_topics(topics: TopicSettings) -> list[TopicSpec]:
     """Every topic contextcore's consumers read or write (reply topics belong to clients)."""
-    return build_topics(topics)
+    return [*build_topics(topics), *upload_topics(topics)]
 
 
 async def reach(start: Awaitable[None], bootstrap_servers: str, timeout_s: float) -> None:

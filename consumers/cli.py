@@ -1,6 +1,6 @@
 """``contextcore``: the consumers, and policy admission.
 
-    contextcore serve build              run the build consumer until SIGTERM/SIGINT
+    contextcore serve build|upload|embed|sweep   run a consumer until SIGTERM/SIGINT
     contextcore policy check FILE.json   admit a context policy as the build consumer would
 
 A missing setting or an unreachable broker or database prints one line and exits 2; a schema
@@ -30,10 +30,25 @@ def _check_policy(path: Path) -> int:
 
 
 def _serve(consumer: str) -> int:
-    from consumers.build.app import create_app
+    if consumer == "sweep":
+        from consumers.sweep.app import serve
 
+        asyncio.run(serve())
+        return 0
+    if consumer == "upload":
+        from consumers.upload.app import create_app as create_upload
+
+        app = create_upload()
+    elif consumer == "embed":
+        from consumers.embed.app import create_app as create_embed
+
+        app = create_embed()
+    else:
+        from consumers.build.app import create_app as create_build
+
+        app = create_build()
     # FastStream's own start/stop lines at DEBUG: the consumer prints one ready line itself
-    asyncio.run(create_app().app.run(log_level=logging.DEBUG))
+    asyncio.run(app.app.run(log_level=logging.DEBUG))
     return 0
 
 
@@ -45,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run a consumer")
-    serve.add_argument("consumer", choices=["build"])
+    serve.add_argument("consumer", choices=["build", "upload", "embed", "sweep"])
     policy = commands.add_parser("policy", help="check a context policy file")
     policy.add_argument("action", choices=["check"])
     policy.add_argument("file", type=Path)

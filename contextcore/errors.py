@@ -12,7 +12,8 @@
         ├── ReplyTimeout            no reply within the timeout
         ├── DuplicateCorrelationId  that correlation id already awaits a reply here
         └── RequestRefused          the service answered with an error reply             exit 1
-            └── BuildFailed         ... to a build request (producers/client.py)
+            ├── BuildFailed         ... to a build request (producers/client.py)
+            └── UploadFailed        ... to an upload, or its source failed (producers/knowledge.py)
 
 Every error carries a message that fits on one line: each command-line entry point runs through
 :func:`run_command`, which prints ``<prog>: <message>`` (one line per problem of a

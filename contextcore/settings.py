@@ -11,6 +11,8 @@ consumer has settings of its own.
 
 from __future__ import annotations
 
+import json
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -72,7 +74,8 @@ def environ(*settings: BaseSettings) -> dict[str, str]:
     variables: dict[str, str] = {}
     for group in settings:
         prefix = str(group.model_config.get("env_prefix", ""))
-        for name, value in group.model_dump().items():
+        for name, value in group.model_dump(mode="json").items():
             if value is not None:
-                variables[f"{prefix}{name}".upper()] = str(value)
+                text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+                variables[f"{prefix}{name}".upper()] = text
     return variables

@@ -18,8 +18,13 @@ from pathlib import Path
 import yaml
 
 from broker.settings import KafkaSettings, TopicSettings
-from consumers.build.app import create_app
+from consumers.build.app import create_app as build_app
 from consumers.build.settings import BuildSettings
+from consumers.embed.app import create_app as embed_app
+from consumers.embed.settings import EmbedSettings
+from consumers.upload.app import create_app as upload_app
+from consumers.upload.settings import UploadSettings
+from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "asyncapi"
@@ -27,16 +32,28 @@ DOCS = Path(__file__).resolve().parents[1] / "docs" / "asyncapi"
 
 def documents() -> dict[str, str]:
     """``{file name: YAML}`` for every consumer, from default settings only."""
-    build = create_app(
-        BuildSettings.model_construct(),
-        KafkaSettings.model_construct(bootstrap_servers="kafka:9092"),
-        TopicSettings.model_construct(),
-        DatabaseSettings.model_construct(),
-    )
-    specification = build.app.schema
-    assert specification is not None
-    document = specification.to_specification().to_jsonable()
-    return {"build.yaml": yaml.safe_dump(document, sort_keys=True, allow_unicode=True)}
+    kafka = KafkaSettings.model_construct(bootstrap_servers="kafka:9092")
+    topics = TopicSettings.model_construct()
+    database = DatabaseSettings.model_construct()
+    knowledge = KnowledgeSettings.model_construct()
+    apps = {
+        "build.yaml": build_app(
+            BuildSettings.model_construct(), kafka, topics, database, knowledge
+        ),
+        "upload.yaml": upload_app(
+            UploadSettings.model_construct(), kafka, topics, database, knowledge
+        ),
+        "embed.yaml": embed_app(
+            EmbedSettings.model_construct(), kafka, topics, database, knowledge
+        ),
+    }
+    documents = {}
+    for name, consumer in apps.items():
+        specification = consumer.app.schema
+        assert specification is not None
+        document = specification.to_specification().to_jsonable()
+        documents[name] = yaml.safe_dump(document, sort_keys=True, allow_unicode=True)
+    return documents
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import uuid
 from types import TracebackType
+from typing import Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
@@ -46,40 +47,31 @@ class BuildFailed(RequestRefused):
         super().__init__(error.code, error.message, error.details)
 
 
-class ContextClient:
-    """An async client of the build-request topic. Use as ``async with ContextClient(...)``."""
+class ReplyChannel:
+    """A producer and the client's own reply topic: the part every client shares.
+
+    Subclasses publish with :meth:`_send` and receive each record of the reply topic in
+    :meth:`_on_reply`. Use as ``async with``.
+    """
 
     def __init__(
         self,
         *,
         bootstrap_servers: str,
-        request_topic: str,
         reply_topic_prefix: str = "contextcore.reply",
         fetch_max_wait_ms: int = 500,
         connect_timeout_s: float = 10.0,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self.request_topic = request_topic
         self.client_id = uuid.uuid4().hex
         self.reply_topic = f"{reply_topic_prefix}.{self.client_id}"
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._connect_timeout_s = connect_timeout_s
-        self._pending: dict[str, asyncio.Future[BuildReplyV1]] = {}
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
 
-    @classmethod
-    def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> ContextClient:
-        return cls(
-            bootstrap_servers=kafka.require_bootstrap_servers(),
-            request_topic=topics.build_request,
-            reply_topic_prefix=topics.reply_prefix,
-            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
-            connect_timeout_s=kafka.connect_timeout_s,
-        )
-
-    async def __aenter__(self) -> ContextClient:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -125,9 +117,7 @@ class ContextClient:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reader
             self._reader = None
-        for future in self._pending.values():
-            future.cancel()
-        self._pending.clear()
+        self._cancel_waiters()
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
@@ -138,14 +128,65 @@ class ContextClient:
 
     async def _read_replies(self, consumer: AIOKafkaConsumer) -> None:
         async for record in consumer:
-            try:
-                reply = BuildReplyV1.model_validate_json(record.value or b"")
-            except ValidationError:
-                log.warning("ignoring a malformed reply at offset %d", record.offset)
-                continue
-            future = self._pending.pop(reply.correlation_id, None)
-            if future is not None and not future.done():
-                future.set_result(reply)
+            self._on_reply(record.value or b"", record.offset)
+
+    async def _send(self, topic: str, value: bytes, key: bytes) -> None:
+        if self._producer is None:
+            raise RuntimeError(f"{type(self).__name__}.start() was not called")
+        await self._producer.send_and_wait(topic, value, key=key)
+
+    def _on_reply(self, value: bytes, offset: int) -> None:
+        raise NotImplementedError
+
+    def _cancel_waiters(self) -> None:
+        """Called on close: nothing more will arrive."""
+
+
+class ContextClient(ReplyChannel):
+    """An async client of the build-request topic. Use as ``async with ContextClient(...)``."""
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        request_topic: str,
+        reply_topic_prefix: str = "contextcore.reply",
+        fetch_max_wait_ms: int = 500,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        super().__init__(
+            bootstrap_servers=bootstrap_servers,
+            reply_topic_prefix=reply_topic_prefix,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            connect_timeout_s=connect_timeout_s,
+        )
+        self.request_topic = request_topic
+        self._pending: dict[str, asyncio.Future[BuildReplyV1]] = {}
+
+    @classmethod
+    def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> ContextClient:
+        return cls(
+            bootstrap_servers=kafka.require_bootstrap_servers(),
+            request_topic=topics.build_request,
+            reply_topic_prefix=topics.reply_prefix,
+            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            connect_timeout_s=kafka.connect_timeout_s,
+        )
+
+    def _cancel_waiters(self) -> None:
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+
+    def _on_reply(self, value: bytes, offset: int) -> None:
+        try:
+            reply = BuildReplyV1.model_validate_json(value)
+        except ValidationError:
+            log.warning("ignoring a malformed reply at offset %d", offset)
+            return
+        future = self._pending.pop(reply.correlation_id, None)
+        if future is not None and not future.done():
+            future.set_result(reply)
 
     async def request(
         self,
@@ -161,8 +202,6 @@ class ContextClient:
             DuplicateCorrelationId: ``correlation_id`` already awaits a reply in this client.
             ReplyTimeout: no reply within ``timeout`` seconds.
         """
-        if self._producer is None:
-            raise RuntimeError("ContextClient.start() was not called")
         envelope = BuildRequestV1(
             correlation_id=correlation_id or uuid.uuid4().hex,
             reply_to=self.reply_topic,
@@ -177,10 +216,10 @@ class ContextClient:
         future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
         self._pending[envelope.correlation_id] = future
         try:
-            await self._producer.send_and_wait(
+            await self._send(
                 self.request_topic,
                 envelope.model_dump_json().encode(),
-                key=envelope.correlation_id.encode(),
+                envelope.correlation_id.encode(),
             )
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:

@@ -23,15 +23,15 @@ from consumers.build.metrics import BuildMetrics
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import process_registry
 from consumers.runtime.app import Channel, ConsumerApp
+from consumers.runtime.database import verified_pool
+from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
 from contextcore.builder import DefaultContextBuilder
-from contextcore.errors import SchemaError
+from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.settings import DatabaseSettings
 from contextcore.sources.dossier import Fact
 from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
-from contextcore.storage import migrations
-from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.build import BuildReplyV1, BuildRequestV1
 
@@ -47,44 +47,41 @@ def create_app(
     kafka: KafkaSettings | None = None,
     topics: TopicSettings | None = None,
     database: DatabaseSettings | None = None,
+    knowledge: KnowledgeSettings | None = None,
 ) -> ConsumerApp:
     """The application, configured from the environment unless settings are given."""
     build = build or BuildSettings()
     kafka = kafka or KafkaSettings()
     topics = topics or TopicSettings()
     database = database or DatabaseSettings()
+    knowledge = knowledge or KnowledgeSettings()
 
     @asynccontextmanager
-    async def open_handler(metrics: RuntimeMetrics) -> AsyncIterator[BuildHandler]:
+    async def open_handler(
+        metrics: RuntimeMetrics, _publisher: Publisher
+    ) -> AsyncIterator[BuildHandler]:
         url = database.require_url()
-        conn = await connect(url, timeout_s=database.connect_timeout_s)
-        try:
-            await migrations.verify(conn, role=database.role)
-        except SchemaError as error:
-            raise SchemaError([f"refusing to serve: {p}" for p in error.problems]) from error
-        finally:
-            await conn.close()
-        pool = await create_pool(
-            database.read_url or url,
-            timeout_s=database.connect_timeout_s,
-            max_size=database.pool_size,
-        )
         cache: DossierCache[list[Fact]] = DossierCache()
         invalidator = DossierInvalidator(cache, url)
-        try:
-            await invalidator.start()
-            registry = process_registry(TenantDatabase(pool, role=database.role), cache)
-            build_metrics = BuildMetrics.create(metrics.registry)
-            builder = DefaultContextBuilder(
-                registry,
-                ContextPacker(),
-                source_timeout_s=build.source_timeout_s,
-                on_source_failure=build_metrics.source_failure_hook(),
-            )
-            yield BuildHandler(registry, builder, build_metrics)
-        finally:
-            await invalidator.stop()
-            await pool.close()
+        async with verified_pool(database, url=database.read_url or url) as pool:
+            try:
+                await invalidator.start()
+                encoders = Encoders(knowledge)
+                registry = process_registry(
+                    TenantDatabase(pool, role=database.role), cache, encoders=encoders
+                )
+                build_metrics = BuildMetrics.create(metrics.registry)
+                builder = DefaultContextBuilder(
+                    registry,
+                    ContextPacker(),
+                    source_timeout_s=build.source_timeout_s,
+                    on_source_failure=build_metrics.source_failure_hook(),
+                )
+                if build.preload_encoder:
+                    await encoders(knowledge.model)
+                yield BuildHandler(registry, builder, build_metrics)
+            finally:
+                await invalidator.stop()
 
     return ConsumerApp(
         name="build",

@@ -17,3 +17,7 @@ class BuildSettings(ConsumerSettings):
     """Builds at once; each reads up to five sources, so keep it near the database pool."""
     source_timeout_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """The builder's independent timeout per source read: an outage ceiling, not a target."""
+    preload_encoder: bool = False
+    """Load the embedding model at start-up (seconds, and its memory) instead of at the first
+    build whose policy reads knowledge. Off by default: a process that serves no knowledge
+    never pays for the model."""

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
+from contextcore.errors import InfrastructureUnavailable
+from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.registry import ContextSourceRegistry
 from contextcore.sources.application import ApplicationContextSource
 from contextcore.sources.conversation import ConversationContextSource
@@ -13,10 +18,18 @@ from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 
 
+async def _no_encoder(model: str) -> Encoder:
+    raise InfrastructureUnavailable(f"this process has no embedding model ({model})")
+
+
 def process_registry(
-    database: TenantDatabase | None = None, dossier_cache: DossierCache[list[Fact]] | None = None
+    database: TenantDatabase | None = None,
+    dossier_cache: DossierCache[list[Fact]] | None = None,
+    *,
+    encoders: Callable[[str], Awaitable[Encoder]] | None = None,
 ) -> ContextSourceRegistry:
-    """The five database sources; without a database they can be admitted but not read."""
+    """The six database sources; without a database (or, for knowledge, an encoder) they can
+    be admitted but not read."""
     database = database or TenantDatabase(None)
     return ContextSourceRegistry(
         [
@@ -25,5 +38,6 @@ def process_registry(
             DossierContextSource(database, dossier_cache or DossierCache()),
             DefinitionSummaryContextSource(database),
             RunHistoryContextSource(database),
+            KnowledgeContextSource(database, encoders or _no_encoder),
         ]
     )

@@ -30,7 +30,7 @@ from pydantic import BaseModel, PlainValidator
 
 from broker.settings import KafkaSettings
 from broker.topics import TopicSpec, dead_letter_topic, ensure_topics
-from consumers.runtime.delivery import Delivery, Health, RecordHandler
+from consumers.runtime.delivery import Delivery, Health, Publisher, RecordHandler
 from consumers.runtime.health import HealthServer
 from consumers.runtime.kafka import (
     AiokafkaPublisher,
@@ -102,7 +102,9 @@ class ConsumerApp:
         settings: ConsumerSettings,
         kafka: KafkaSettings,
         topics: list[TopicSpec],
-        open_handler: Callable[[RuntimeMetrics], AbstractAsyncContextManager[RecordHandler]],
+        open_handler: Callable[
+            [RuntimeMetrics, Publisher], AbstractAsyncContextManager[RecordHandler]
+        ],
         version: str = "1",
     ) -> None:
         longest = settings.longest_healthy_record_s(kafka.request_timeout_ms / 1000)
@@ -132,7 +134,11 @@ class ConsumerApp:
             group_id=settings.group_id,
             group_instance_id=kafka.group_instance_id,
             auto_offset_reset="earliest",
-            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            fetch_max_wait_ms=(
+                kafka.fetch_max_wait_ms
+                if settings.fetch_max_wait_ms is None
+                else settings.fetch_max_wait_ms
+            ),
             session_timeout_ms=kafka.session_timeout_ms,
             heartbeat_interval_ms=kafka.heartbeat_interval_ms,
             ack_policy=AckPolicy.MANUAL,
@@ -192,10 +198,10 @@ class ConsumerApp:
     async def _lifespan(self, **_: Any) -> AsyncIterator[None]:
         bootstrap = self.kafka.require_bootstrap_servers()
         await ensure_topics(bootstrap, self.topics, timeout_s=self.kafka.connect_timeout_s)
-        async with self.open_handler(self.metrics) as handler:
-            publisher = AiokafkaPublisher(self.kafka, client_id=f"contextcore-{self.name}")
-            await publisher.start()
-            try:
+        publisher = AiokafkaPublisher(self.kafka, client_id=f"contextcore-{self.name}")
+        await publisher.start()
+        try:
+            async with self.open_handler(self.metrics, publisher) as handler:
                 self.delivery = Delivery(
                     consumer=self.name,
                     handler=handler,
@@ -213,10 +219,10 @@ class ConsumerApp:
                 )
                 self._health.start()
                 yield
-            finally:
-                if self._health is not None:
-                    self._health.stop()
-                await publisher.stop()
+        finally:
+            if self._health is not None:
+                self._health.stop()
+            await publisher.stop()
 
     def health(self) -> Health:
         if self.delivery is None:

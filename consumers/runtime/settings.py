@@ -33,6 +33,10 @@ class ConsumerSettings(BaseSettings):
     retry_backoff_s: float = Field(default=0.2, gt=0)
     """Back-off before the second attempt; it doubles per attempt up to the maximum."""
     retry_backoff_max_s: float = Field(default=10.0, gt=0)
+    fetch_max_wait_ms: int | None = Field(default=None, ge=0, le=10_000)
+    """This consumer's own fetch wait, over ``CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS``: a consumer
+    whose records are not latency-bound (embedding batches) need not poll the dev broker 500
+    times a second, which costs the CPU its work needs (docs/knowledge.md)."""
     dead_letter_payload_bytes: int = Field(default=64 * 1024, ge=256)
     """A dead letter keeps at most this much of the original record (with its size and sha256)."""
 

@@ -34,6 +34,10 @@ import pytest
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics, build_topics, ensure_topics
 from consumers.build.settings import BuildSettings
+from consumers.embed.settings import EmbedSettings
+from consumers.upload.settings import UploadSettings
+from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings, environ
 from contextcore.storage import migrations
 from contextcore.storage.pool import with_database
@@ -207,6 +211,9 @@ class Config:
     topics: TopicSettings
     build: BuildSettings
     database: DatabaseSettings
+    upload: UploadSettings
+    embed: EmbedSettings
+    knowledge: KnowledgeSettings
 
     @property
     def bootstrap(self) -> str:
@@ -227,11 +234,22 @@ class Config:
     def environ(self) -> dict[str, str]:
         """The child's environment: ours without any CONTEXTCORE_* setting, then these."""
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
-        return {**inherited, **environ(self.kafka, self.topics, self.build, self.database)}
+        return {
+            **inherited,
+            **environ(
+                self.kafka,
+                self.topics,
+                self.build,
+                self.database,
+                self.upload,
+                self.embed,
+                self.knowledge,
+            ),
+        }
 
 
 @pytest.fixture
-async def config(services: Services, database: Database) -> Config:
+async def config(services: Services, database: Database, model_cache: Path) -> Config:
     """Settings naming this test's own topics, group and database (as the runtime login)."""
     tag = uuid.uuid4().hex[:12]
     config = Config(
@@ -243,24 +261,40 @@ async def config(services: Services, database: Database) -> Config:
             build_request=f"test.{tag}.build-request",
             build_request_partitions=4,
             reply_prefix=f"test.{tag}.reply",
+            upload=f"test.{tag}.upload",
+            upload_partitions=2,
+            embed=f"test.{tag}.embed",
+            embed_partitions=4,
         ),
         build=BuildSettings.model_construct(group_id=f"test-{tag}-build", metrics_port=0),
         database=DatabaseSettings.model_construct(url=database.url),
+        upload=UploadSettings.model_construct(group_id=f"test-{tag}-upload", metrics_port=0),
+        embed=EmbedSettings.model_construct(group_id=f"test-{tag}-embed", metrics_port=0),
+        knowledge=KnowledgeSettings.model_construct(cache_dir=model_cache),
     )
     await ensure_topics(services.bootstrap_servers, build_topics(config.topics))
     return config
 
 
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One export cache per session: the OpenVINO export runs once, not once per consumer."""
+    return tmp_path_factory.mktemp("models")
+
+
 async def spawn_build_consumer(
-    config: Config, *, stderr: int | IO[bytes] = asyncio.subprocess.PIPE
+    config: Config,
+    *,
+    stderr: int | IO[bytes] = asyncio.subprocess.PIPE,
+    consumer: str = "build",
 ) -> asyncio.subprocess.Process:
-    """``contextcore serve build`` as its own process, configured by ``config`` only."""
+    """``contextcore serve <consumer>`` as its own process, configured by ``config`` only."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "consumers.cli",
         "serve",
-        "build",
+        consumer,
         env=config.environ(),
         stdout=asyncio.subprocess.PIPE,
         stderr=stderr,
@@ -270,11 +304,14 @@ async def spawn_build_consumer(
 class ConsumerProcess:
     """A real ``contextcore serve build`` process, as an operator would run it."""
 
-    def __init__(self, process: asyncio.subprocess.Process, log_path: Path) -> None:
+    def __init__(
+        self, process: asyncio.subprocess.Process, log_path: Path, consumer: str = "build"
+    ) -> None:
         self.process = process
         self.log_path = log_path
+        self.consumer = consumer
 
-    async def wait_ready(self, timeout: float = 30.0) -> None:
+    async def wait_ready(self, timeout: float = 60.0) -> None:
         assert self.process.stdout is not None
         async with asyncio.timeout(timeout):
             while True:
@@ -284,7 +321,7 @@ class ConsumerProcess:
                         f"consumer exited ({await self.process.wait()}): "
                         f"{self.log_path.read_text()[-2000:]}"
                     )
-                if line.startswith(b"build consumer ready"):
+                if line.startswith(f"{self.consumer} consumer ready".encode()):
                     return
 
     def log(self) -> str:
@@ -303,11 +340,13 @@ StartConsumer = Callable[..., Awaitable[ConsumerProcess]]
 async def start_consumer(tmp_path: Path) -> AsyncIterator[StartConsumer]:
     started: list[ConsumerProcess] = []
 
-    async def start(config: Config, *, ready: bool = True) -> ConsumerProcess:
-        log_path = tmp_path / f"consumer-{len(started)}.log"
+    async def start(
+        config: Config, *, ready: bool = True, consumer: str = "build"
+    ) -> ConsumerProcess:
+        log_path = tmp_path / f"consumer-{len(started)}-{consumer}.log"
         with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
-            process = await spawn_build_consumer(config, stderr=log)
-        handle = ConsumerProcess(process, log_path)
+            process = await spawn_build_consumer(config, stderr=log, consumer=consumer)
+        handle = ConsumerProcess(process, log_path, consumer)
         started.append(handle)
         if ready:
             await handle.wait_ready()
@@ -316,3 +355,9 @@ async def start_consumer(tmp_path: Path) -> AsyncIterator[StartConsumer]:
     yield start
     for handle in started:
         await handle.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def encoder(model_cache: Path) -> Encoder:
+    """The default model on its default backend, in this process (the knowledge source's)."""
+    return KnowledgeSettings.model_construct(cache_dir=model_cache).load_encoder()

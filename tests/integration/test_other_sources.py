@@ -480,12 +480,13 @@ def test_run_history_options_are_admitted_strictly(options: dict[str, Any], path
     assert raised.value.path == path
 
 
-def test_the_process_registry_serves_the_five_sources() -> None:
+def test_the_process_registry_serves_the_six_sources() -> None:
     assert process_registry().names == [
         "conversation",
         "application",
         "dossier",
         "definition_summary",
         "run_history",
+        "knowledge",
     ]
     json.dumps(process_registry().names)

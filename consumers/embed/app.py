@@ -1,0 +1,92 @@
+"""The embedding group's FastStream application: its own topic, its own group, scaled on its own.
+
+    faststream run consumers.embed.app:app     (or: contextcore serve embed)
+
+The model loads once at start-up (an OpenVINO export is cached under
+``CONTEXTCORE_KNOWLEDGE_CACHE_DIR``) before the first batch is fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import embed_topics
+from consumers.embed.handler import EmbedHandler
+from consumers.embed.metrics import EmbedMetrics
+from consumers.embed.settings import EmbedSettings
+from consumers.runtime.app import Channel, ConsumerApp
+from consumers.runtime.database import verified_pool
+from consumers.runtime.delivery import Publisher
+from consumers.runtime.metrics import RuntimeMetrics
+from contextcore.knowledge.embed import Embedder
+from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.settings import DatabaseSettings
+from contextcore.storage.tenancy import TenantDatabase
+from schemas.upload import EmbedBatchV1, UploadStatusV1
+
+DESCRIPTION = (
+    "Batches of chunks to embed under a pinned model and store in pgvector. The batch that "
+    "completes a source under its live model answers the upload's reply_to with ready."
+)
+
+
+def create_app(
+    embed: EmbedSettings | None = None,
+    kafka: KafkaSettings | None = None,
+    topics: TopicSettings | None = None,
+    database: DatabaseSettings | None = None,
+    knowledge: KnowledgeSettings | None = None,
+) -> ConsumerApp:
+    embed = embed or EmbedSettings()
+    kafka = kafka or KafkaSettings()
+    topics = topics or TopicSettings()
+    database = database or DatabaseSettings()
+    knowledge = knowledge or KnowledgeSettings()
+
+    @asynccontextmanager
+    async def open_handler(
+        metrics: RuntimeMetrics, _publisher: Publisher
+    ) -> AsyncIterator[EmbedHandler]:
+        async with verified_pool(database) as pool:
+            encoders = [
+                await asyncio.to_thread(knowledge.load_encoder, model)
+                for model in knowledge.models()
+            ]
+            embedder = Embedder(TenantDatabase(pool, role=database.role), encoders)
+            yield EmbedHandler(embedder, EmbedMetrics.create(metrics.registry))
+
+    return ConsumerApp(
+        name="embed",
+        topic=topics.embed,
+        description=DESCRIPTION,
+        payload=EmbedBatchV1,
+        publishes=[
+            Channel(
+                "{reply_to}",
+                "upload-status",
+                "ready, on the topic the upload named, once every chunk of its source is stored.",
+                UploadStatusV1,
+            )
+        ],
+        settings=embed,
+        kafka=kafka,
+        topics=embed_topics(topics),
+        open_handler=open_handler,
+    )
+
+
+@functools.cache
+def _app_from_environment() -> Any:
+    return create_app().app
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, built once on first access, so importing this module reads no setting."""
+    if name == "app":
+        return _app_from_environment()
+    raise AttributeError(name)

@@ -1,0 +1,63 @@
+"""One embedding batch, one outcome.
+
+Decode and validate (an invalid batch, which only a bug or a forger writes, is dead-lettered);
+encode and store (:class:`~contextcore.knowledge.embed.Embedder`). The batch that completes its
+source under the live model answers the uploader ``ready`` on the reply topic the upload named.
+A batch for a model this process does not encode with is dead-lettered with the reason (its
+source stays pending, and the sweep fails it with the count of chunks stored).
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import ValidationError
+
+from consumers.embed.metrics import EmbedMetrics
+from consumers.runtime.records import DeadLetter, Done, Inbound, Outcome, Stopwatch
+from consumers.upload.replies import reply, status_of
+from contextcore.errors import validation_lines
+from contextcore.knowledge.embed import Embedder, PassageIn, UnknownModel
+from schemas import wire
+from schemas.envelope import printable
+from schemas.upload import EmbedBatchV1
+
+
+class EmbedHandler:
+    def __init__(self, embedder: Embedder, metrics: EmbedMetrics) -> None:
+        self.embedder = embedder
+        self.metrics = metrics
+
+    async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        with watch.stage("decode"):
+            try:
+                batch = EmbedBatchV1.model_validate(wire.decode(record.value))
+            except wire.WireError as error:
+                return DeadLetter(error.cause, str(error))
+            except ValidationError as error:
+                lines = [printable(line) for line in validation_lines(error)]
+                return DeadLetter("invalid", "invalid embedding batch: " + "; ".join(lines)[:2_000])
+        started = time.perf_counter()
+        try:
+            with watch.stage("embed"):
+                result = await self.embedder.embed(
+                    batch.organization_id,
+                    batch.source_id,
+                    batch.generation,
+                    batch.embedding_model,
+                    [PassageIn(c.ordinal, c.section, c.text, c.tokens) for c in batch.chunks],
+                )
+        except UnknownModel as error:
+            return DeadLetter("unknown_model", str(error))
+        self.metrics.batch_seconds.observe(time.perf_counter() - started)
+        self.metrics.batch_size.observe(len(batch.chunks))
+        self.metrics.chunks.labels(model=batch.embedding_model).inc(result.inserted)
+        source = result.source
+        if source is None:
+            return Done()
+        self.metrics.sources_ready.inc()
+        if source.reply_to is None or source.correlation_id is None:
+            return Done()
+        return reply(
+            source.reply_to, source.correlation_id, status_of(source, source.correlation_id)
+        )

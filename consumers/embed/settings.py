@@ -1,0 +1,23 @@
+"""``CONTEXTCORE_EMBED_*``: the embedding group's own settings."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import SettingsConfigDict
+
+from consumers.runtime.settings import ConsumerSettings
+
+
+class EmbedSettings(ConsumerSettings):
+    model_config = SettingsConfigDict(env_prefix="CONTEXTCORE_EMBED_", extra="ignore", frozen=True)
+
+    group_id: str = "contextcore-embed"
+    metrics_port: int = Field(default=9466, ge=0, le=65535)
+    max_in_flight: int = Field(default=2, ge=1, le=64)
+    """Batches at once: the encoder takes one at a time (it uses every core); a second batch
+    overlaps its database write with the next encode."""
+    handle_timeout_s: float = Field(default=120.0, gt=0)
+    stuck_after_s: float = Field(default=300.0, gt=0)
+    fetch_max_wait_ms: int | None = Field(default=100, ge=0, le=10_000)
+    """Batches are throughput, not latency: polling Tansu every 2 ms took a third of the
+    encoder's CPU on two cores (bench/ingest.py)."""

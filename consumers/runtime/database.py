@@ -1,0 +1,44 @@
+"""The database at a consumer's start-up: the schema checked, then the pool opened.
+
+Start-up fails closed: the schema must match the code's migrations, checked as the service role
+(the only privilege the runtime login has), before a pool is opened and a record fetched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import asyncpg
+
+from contextcore.errors import SchemaError
+from contextcore.settings import DatabaseSettings
+from contextcore.storage import migrations
+from contextcore.storage.pool import connect, create_pool
+
+
+async def verify_schema(database: DatabaseSettings) -> None:
+    conn = await connect(database.require_url(), timeout_s=database.connect_timeout_s)
+    try:
+        await migrations.verify(conn, role=database.role)
+    except SchemaError as error:
+        raise SchemaError([f"refusing to serve: {p}" for p in error.problems]) from error
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
+async def verified_pool(
+    database: DatabaseSettings, *, url: str | None = None
+) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on ``url`` (default: the runtime login's) once the schema is verified."""
+    await verify_schema(database)
+    pool = await create_pool(
+        url or database.require_url(),
+        timeout_s=database.connect_timeout_s,
+        max_size=database.pool_size,
+    )
+    try:
+        yield pool
+    finally:
+        await pool.close()

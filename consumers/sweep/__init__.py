@@ -1,0 +1,1 @@
+"""The pending sweep: a scheduled job that fails knowledge sources pending for over an hour."""

@@ -1,0 +1,1 @@
+"""The upload consumer: admin uploads in, embedding batches and status replies out."""

@@ -1,0 +1,115 @@
+"""The upload consumer's FastStream application.
+
+    faststream run consumers.upload.app:app     (or: contextcore serve upload)
+
+It extracts and chunks (no model is loaded: only the model's tokenizer), so it stays small; the
+embedding group does the encoding.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import upload_topics
+from consumers.runtime.app import Channel, ConsumerApp
+from consumers.runtime.database import verified_pool
+from consumers.runtime.delivery import Publisher
+from consumers.runtime.metrics import RuntimeMetrics
+from consumers.upload.handler import UploadHandler
+from consumers.upload.metrics import UploadMetrics
+from consumers.upload.settings import UploadSettings
+from contextcore.knowledge.extract import Limits
+from contextcore.knowledge.ingest import Ingestion
+from contextcore.knowledge.objects import ObjectReader
+from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.settings import DatabaseSettings
+from contextcore.storage.tenancy import TenantDatabase
+from schemas.upload import EmbedBatchV1, UploadStatusV1, UploadTopicV1
+
+DESCRIPTION = (
+    "Admin document uploads for the knowledge base (inline, s3:// or file://). Each is answered "
+    "on its reply_to with its correlation_id: pending (accepted), failed (with the reason) or "
+    "rejected; ready follows from the embedding group once every chunk is stored."
+)
+
+
+def create_app(
+    upload: UploadSettings | None = None,
+    kafka: KafkaSettings | None = None,
+    topics: TopicSettings | None = None,
+    database: DatabaseSettings | None = None,
+    knowledge: KnowledgeSettings | None = None,
+) -> ConsumerApp:
+    upload = upload or UploadSettings()
+    kafka = kafka or KafkaSettings()
+    topics = topics or TopicSettings()
+    database = database or DatabaseSettings()
+    knowledge = knowledge or KnowledgeSettings()
+
+    @asynccontextmanager
+    async def open_handler(
+        metrics: RuntimeMetrics, publisher: Publisher
+    ) -> AsyncIterator[UploadHandler]:
+        async with verified_pool(database) as pool:
+            reader = ObjectReader(
+                max_bytes=upload.max_document_bytes,
+                file_root=upload.file_root,
+                s3_endpoint_url=upload.s3_endpoint_url,
+                s3_region=upload.s3_region,
+                tenant_prefixes=upload.s3_tenant_prefixes,
+            )
+            ingestion = Ingestion(
+                TenantDatabase(pool, role=database.role),
+                reader,
+                knowledge.model_text(),
+                limits=Limits(
+                    max_bytes=upload.max_document_bytes,
+                    max_chars=upload.max_document_chars,
+                    max_pages=upload.max_pdf_pages,
+                ),
+                batch_size=upload.embed_batch_chunks,
+            )
+            yield UploadHandler(
+                ingestion, publisher, topics.embed, UploadMetrics.create(metrics.registry)
+            )
+
+    return ConsumerApp(
+        name="upload",
+        topic=topics.upload,
+        description=DESCRIPTION,
+        payload=UploadTopicV1,
+        publishes=[
+            Channel(
+                "{reply_to}",
+                "upload-status",
+                "The status of one upload, on the topic it named, with its correlation_id.",
+                UploadStatusV1,
+            ),
+            Channel(
+                topics.embed,
+                topics.embed,
+                "Batches of chunks of one generation of one source, for the embedding group.",
+                EmbedBatchV1,
+            ),
+        ],
+        settings=upload,
+        kafka=kafka,
+        topics=upload_topics(topics),
+        open_handler=open_handler,
+    )
+
+
+@functools.cache
+def _app_from_environment() -> Any:
+    return create_app().app
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, built once on first access, so importing this module reads no setting."""
+    if name == "app":
+        return _app_from_environment()
+    raise AttributeError(name)

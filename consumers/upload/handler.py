@@ -1,0 +1,175 @@
+"""One upload, one outcome.
+
+1. Decode and validate (``schemas.upload``). An invalid upload with a usable address is answered
+   ``rejected``; without one it is dead-lettered.
+2. :meth:`~contextcore.knowledge.ingest.Ingestion.prepare`: the source row, the text, the
+   chunks (a reason to fail becomes a ``failed`` source, not an error of the consumer). An
+   object store that does not answer is a bounded retry.
+3. Publish the embedding batches, each acknowledged by the broker before the reply; a publish
+   that fails raises, and the runtime retries the record (the batches of a redelivered upload
+   are published again, and the embedding group stores each chunk once).
+4. Reply the source's status (``pending``, or ``failed`` with the reason).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from consumers.runtime.delivery import Publisher
+from consumers.runtime.records import (
+    DeadLetter,
+    Done,
+    Inbound,
+    Outcome,
+    Reply,
+    Retry,
+    Stopwatch,
+)
+from consumers.upload.metrics import UploadMetrics
+from consumers.upload.replies import rejected, reply, status_of
+from contextcore.errors import validation_lines
+from contextcore.knowledge.ingest import Batch, Ingestion, Reingest, Upload
+from contextcore.knowledge.objects import ObjectError, ObjectUnavailable
+from schemas import wire
+from schemas.envelope import printable, reply_address
+from schemas.upload import (
+    EmbedBatchV1,
+    EmbedChunkV1,
+    ReingestRequestV1,
+    UploadRequestV1,
+    parse_upload_topic,
+)
+
+log = logging.getLogger("contextcore.upload")
+
+
+class UploadHandler:
+    def __init__(
+        self,
+        ingestion: Ingestion,
+        publisher: Publisher,
+        embed_topic: str,
+        metrics: UploadMetrics,
+    ) -> None:
+        self.ingestion = ingestion
+        self.publisher = publisher
+        self.embed_topic = embed_topic
+        self.metrics = metrics
+
+    async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        with watch.stage("decode"):
+            decoded = self.decode(record.value)
+        if isinstance(decoded, ReingestRequestV1):
+            return await self.reingest(decoded, watch)
+        if not isinstance(decoded, UploadRequestV1):
+            self.metrics.uploads.labels(outcome="rejected").inc()
+            return decoded
+        upload = Upload(
+            organization_id=decoded.organization_id,
+            title=decoded.title,
+            media_type=decoded.media_type,
+            upload_key=decoded.idempotency_key,
+            uri=decoded.uri,
+            object=decoded.object,
+            text=decoded.content.text if decoded.content else None,
+            base64=decoded.content.base64 if decoded.content else None,
+            reply_to=decoded.reply_to,
+            correlation_id=decoded.correlation_id,
+        )
+        try:
+            with watch.stage("prepare"):
+                prepared = await self.ingestion.prepare(upload)
+        except ObjectUnavailable as error:
+            return Retry("object_store", str(error))
+        except ObjectError as error:  # the address itself is unreadable (a bad scheme)
+            self.metrics.uploads.labels(outcome="rejected").inc()
+            return reply(
+                decoded.reply_to,
+                decoded.correlation_id,
+                rejected(decoded.correlation_id, str(error)),
+            )
+        with watch.stage("publish_batches"):
+            for batch in prepared.batches:
+                await self.publish(batch)
+        self.metrics.uploads.labels(outcome=prepared.source.status).inc()
+        self.metrics.batches_published.inc(len(prepared.batches))
+        return reply(
+            decoded.reply_to,
+            decoded.correlation_id,
+            status_of(prepared.source, decoded.correlation_id),
+        )
+
+    async def reingest(self, command: ReingestRequestV1, watch: Stopwatch) -> Outcome:
+        with watch.stage("prepare"):
+            prepared = await self.ingestion.reingest(
+                Reingest(
+                    organization_id=command.organization_id,
+                    source_id=command.source_id,
+                    key=command.idempotency_key,
+                    models=tuple(command.models) if command.models else None,
+                    reply_to=command.reply_to,
+                    correlation_id=command.correlation_id,
+                )
+            )
+        if isinstance(prepared, str):
+            self.metrics.uploads.labels(outcome="rejected").inc()
+            if command.reply_to is None or command.correlation_id is None:
+                return DeadLetter("refused", f"reingest of {command.source_id}: {prepared}")
+            message = rejected(command.correlation_id, prepared)
+            return reply(command.reply_to, command.correlation_id, message)
+        with watch.stage("publish_batches"):
+            for batch in prepared.batches:
+                await self.publish(batch)
+        self.metrics.batches_published.inc(len(prepared.batches))
+        if command.reply_to is None or command.correlation_id is None:
+            return Done()
+        status = status_of(prepared.source, command.correlation_id)
+        return reply(command.reply_to, command.correlation_id, status)
+
+    async def publish(self, batch: Batch) -> None:
+        message = EmbedBatchV1(
+            organization_id=batch.organization_id,
+            source_id=batch.source_id,
+            generation=batch.generation,
+            embedding_model=batch.model,
+            chunks=[
+                EmbedChunkV1(ordinal=c.ordinal, section=c.section, text=c.text, tokens=c.tokens)
+                for c in batch.chunks
+            ],
+        )
+        await self.publisher.publish(
+            self.embed_topic,
+            message.model_dump_json().encode(),
+            key=str(batch.source_id).encode(),
+            headers=[("content-type", b"application/json")],
+        )
+
+    def decode(
+        self, value: bytes | None
+    ) -> UploadRequestV1 | ReingestRequestV1 | Reply | DeadLetter:
+        try:
+            data = wire.decode(value)
+        except wire.WireError as error:
+            address = wire.address_of(value)
+            if address is None:
+                return DeadLetter(error.cause, str(error))
+            topic, correlation_id = address
+            message = rejected(correlation_id, "the upload is not JSON this service accepts")
+            return reply(topic, correlation_id, message)
+        try:
+            return parse_upload_topic(data)
+        except ValidationError as error:
+            lines = [printable(line) for line in validation_lines(error)]
+            address = reply_address(data)
+            if address is None:
+                return DeadLetter(
+                    "invalid",
+                    "invalid upload without a usable reply_to/correlation_id: "
+                    + "; ".join(lines)[:2_000],
+                )
+            topic, correlation_id = address
+            return reply(
+                topic, correlation_id, rejected(correlation_id, "the upload is invalid", lines)
+            )

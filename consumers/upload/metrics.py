@@ -1,0 +1,29 @@
+"""The upload consumer's own series."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter
+
+
+@dataclass(frozen=True)
+class UploadMetrics:
+    uploads: Counter
+    batches_published: Counter
+
+    @classmethod
+    def create(cls, registry: CollectorRegistry) -> UploadMetrics:
+        return cls(
+            uploads=Counter(
+                "contextcore_uploads_total",
+                "Uploads answered, by the source's status (pending, ready, failed) or rejected.",
+                ["outcome"],
+                registry=registry,
+            ),
+            batches_published=Counter(
+                "contextcore_embed_batches_published_total",
+                "Embedding batches the upload consumer published.",
+                registry=registry,
+            ),
+        )

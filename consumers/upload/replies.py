@@ -1,0 +1,39 @@
+"""A knowledge source's state as the status reply its uploader reads (upload, embed and sweep
+consumers all answer with it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from consumers.runtime.records import Reply
+from contextcore.knowledge.store import SourceState
+from schemas.envelope import printable
+from schemas.upload import UploadStatusV1
+
+
+def status_of(state: SourceState, correlation_id: str) -> UploadStatusV1:
+    return UploadStatusV1(
+        correlation_id=correlation_id,
+        status=state.status,
+        source_id=state.id,
+        generation=state.generation,
+        chunks=state.chunk_count,
+        reason=printable(state.status_reason) if state.status_reason else None,
+    )
+
+
+def rejected(correlation_id: str, reason: str, details: list[str] | None = None) -> UploadStatusV1:
+    return UploadStatusV1(
+        correlation_id=correlation_id,
+        status="rejected",
+        reason=printable(reason)[:2_000],
+        details=[printable(d)[:2_000] for d in (details or [])[:50]],
+    )
+
+
+def _fallback(correlation_id: str) -> Callable[[str], UploadStatusV1]:
+    return lambda reason: rejected(correlation_id, reason)
+
+
+def reply(topic: str, correlation_id: str, message: UploadStatusV1) -> Reply:
+    return Reply(topic, correlation_id, message, fallback=_fallback(correlation_id))

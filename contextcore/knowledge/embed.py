@@ -1,0 +1,59 @@
+"""One embedding batch: encode its chunks, then store them (the embedding group's work).
+
+The encode runs in a worker thread before the transaction, so a batch holds its per-model
+row's lock only while it inserts. :func:`~.store.store_batch` makes a redelivered batch insert
+nothing and a batch of a superseded generation change nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from uuid import UUID
+
+from contextcore.knowledge import store
+from contextcore.knowledge.encoder import Encoder
+from contextcore.storage.tenancy import PLATFORM, TenantDatabase
+
+
+@dataclass(frozen=True)
+class PassageIn:
+    ordinal: int
+    section: str
+    text: str
+    tokens: int
+
+    @property
+    def embedded(self) -> str:
+        return f"{self.section}\n{self.text}" if self.section else self.text
+
+
+class UnknownModel(LookupError):
+    """The batch is for a model this process does not encode with."""
+
+
+class Embedder:
+    def __init__(self, database: TenantDatabase, encoders: Sequence[Encoder]) -> None:
+        self.database = database
+        self.encoders = {encoder.model: encoder for encoder in encoders}
+
+    async def embed(
+        self,
+        organization_id: UUID | None,
+        source_id: UUID,
+        generation: int,
+        model: str,
+        passages: Sequence[PassageIn],
+    ) -> store.BatchResult:
+        encoder = self.encoders.get(model)
+        if encoder is None:
+            raise UnknownModel(f"this process embeds with {sorted(self.encoders)}, not {model!r}")
+        vectors = await asyncio.to_thread(encoder.encode, [p.embedded for p in passages])
+        chunks = [
+            store.StoredChunk(p.ordinal, p.section, p.text, p.tokens, vector)
+            for p, vector in zip(passages, vectors, strict=True)
+        ]
+        scope = organization_id if organization_id is not None else PLATFORM
+        async with self.database.writing(scope) as tenant:
+            return await store.store_batch(tenant, source_id, model, generation, chunks)

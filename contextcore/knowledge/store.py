@@ -1,0 +1,460 @@
+"""The knowledge tables through the tenancy layer: named, commented SQL and the steps of ingestion.
+
+Every statement runs in a scope (:class:`~contextcore.storage.tenancy.TenantConnection`): an
+organization's or the platform's, whose id (``None`` for the platform) is ``$1``. Row-level
+security repeats the filter (migration 00007).
+
+Ingestion in two transactions per document, then one per embedding batch:
+
+1. :func:`accept`: the source row is created or updated (``pending``, a new generation).
+2. :func:`record_text` / :func:`record_failure`: the extracted text and, per target model, how
+   many chunks this generation has; or the reason it failed.
+3. :func:`store_batch`: one batch of embedded chunks, under the per-model row's lock: it inserts
+   what is missing (a redelivered batch inserts nothing), counts it, and when the generation is
+   complete marks the model ready, deletes the older generations' chunks, and marks the source
+   ready when the model is its scope's live one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID
+
+from contextcore.knowledge.extract import Section
+from contextcore.storage.tenancy import (
+    SERVICE_ROLE,
+    Connection,
+    TenantConnection,
+    TenantQuery,
+    service_role,
+)
+
+Status = Literal["pending", "ready", "failed"]
+MAX_REASON_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class SourceState:
+    id: UUID
+    organization_id: UUID | None
+    title: str
+    status: Status
+    status_reason: str | None
+    generation: int
+    chunk_count: int | None
+    updated_at: datetime
+    reply_to: str | None = None
+    correlation_id: str | None = None
+    upload_key: str | None = None
+    media_type: str | None = None
+    sections: list[Section] | None = None
+    """The extracted text (``None`` until extraction succeeded for this generation)."""
+
+
+@dataclass(frozen=True)
+class StoredChunk:
+    ordinal: int
+    section: str
+    text: str
+    tokens: int
+    embedding: Sequence[float]
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    inserted: int
+    model_ready: bool
+    """This batch completed the generation under its model."""
+    source: SourceState | None
+    """The source, when this batch made it ready (its uploader is told)."""
+    stale: bool = False
+    """The batch belongs to an older generation, or its model's row is no longer pending."""
+
+
+MODELS = TenantQuery(
+    "knowledge.models",
+    """
+-- knowledge.models: the scope's live model and the one a switch is moving to, if any; an
+-- organization without a row of its own follows the platform's.
+SELECT active_embedding_model, next_embedding_model FROM knowledge_settings
+WHERE organization_id IS NOT DISTINCT FROM $1 OR organization_id IS NULL
+ORDER BY organization_id NULLS LAST
+LIMIT 1
+""",
+)
+
+ACCEPT_BY_URI = TenantQuery(
+    "knowledge.accept_by_uri",
+    """
+-- knowledge.accept_by_uri: create the source (pending), or, for a known (organization, uri),
+-- start its next generation; the uploader's address replaces the previous one.
+INSERT INTO knowledge_sources AS s (id, organization_id, kind, title, uri, media_type, status,
+                                    pending_since, reply_to, correlation_id, upload_key)
+VALUES ($2, $1, $3, $4, $5, $6, 'pending', now(), $7, $8, $9)
+ON CONFLICT (organization_id, uri) WHERE uri IS NOT NULL DO UPDATE
+SET kind = EXCLUDED.kind, title = EXCLUDED.title, media_type = EXCLUDED.media_type,
+    status = 'pending', status_reason = NULL, pending_since = now(), updated_at = now(),
+    generation = s.generation + 1, sections = NULL, content_sha256 = NULL,
+    reply_to = EXCLUDED.reply_to, correlation_id = EXCLUDED.correlation_id,
+    upload_key = EXCLUDED.upload_key
+RETURNING id, generation
+""",
+)
+
+ACCEPT_BY_OBJECT = TenantQuery(
+    "knowledge.accept_by_object",
+    """
+-- knowledge.accept_by_object: as accept_by_uri, for an object-backed source (the same
+-- per-organization identity boundary, keyed by object_key).
+INSERT INTO knowledge_sources AS s (id, organization_id, kind, title, object_key, media_type,
+                                    status, pending_since, reply_to, correlation_id, upload_key)
+VALUES ($2, $1, $3, $4, $5, $6, 'pending', now(), $7, $8, $9)
+ON CONFLICT (organization_id, object_key) WHERE object_key IS NOT NULL DO UPDATE
+SET kind = EXCLUDED.kind, title = EXCLUDED.title, media_type = EXCLUDED.media_type,
+    status = 'pending', status_reason = NULL, pending_since = now(), updated_at = now(),
+    generation = s.generation + 1, sections = NULL, content_sha256 = NULL,
+    reply_to = EXCLUDED.reply_to, correlation_id = EXCLUDED.correlation_id,
+    upload_key = EXCLUDED.upload_key
+RETURNING id, generation
+""",
+)
+
+_SOURCE_COLUMNS = """
+SELECT s.id, s.organization_id, s.title, s.media_type, s.status, s.status_reason, s.generation,
+       s.updated_at, s.reply_to, s.correlation_id, s.upload_key, s.sections,
+       (SELECT m.chunk_count FROM knowledge_source_models m
+        WHERE m.source_id = s.id AND m.embedding_model = knowledge_active_model($1)) AS chunks
+FROM knowledge_sources s
+WHERE s.organization_id IS NOT DISTINCT FROM $1"""
+
+SOURCE = TenantQuery(
+    "knowledge.source",
+    """
+-- knowledge.source: one source of this scope, its text, and its chunk count under the live
+-- model."""
+    + _SOURCE_COLUMNS
+    + "\n  AND s.id = $2\n",
+)
+
+SOURCE_BY_IDENTITY = TenantQuery(
+    "knowledge.source_by_identity",
+    """
+-- knowledge.source_by_identity: the source of this scope with this uri or object key."""
+    + _SOURCE_COLUMNS
+    + "\n  AND (s.uri = $2 OR s.object_key = $3)\n",
+)
+
+RECORD_TEXT = TenantQuery(
+    "knowledge.record_text",
+    """
+-- knowledge.record_text: the extracted sections of the generation being ingested.
+UPDATE knowledge_sources SET sections = $4::jsonb, content_sha256 = $5, updated_at = now()
+WHERE organization_id IS NOT DISTINCT FROM $1 AND id = $2 AND generation = $3
+  AND status = 'pending'
+""",
+)
+
+EXPECT_CHUNKS = TenantQuery(
+    "knowledge.expect_chunks",
+    """
+-- knowledge.expect_chunks: this generation has $5 chunks under model $4; none stored yet.
+INSERT INTO knowledge_source_models AS m (organization_id, source_id, embedding_model,
+                                          generation, chunk_count, chunks_stored, status,
+                                          pending_since)
+VALUES ($1, $2, $4, $3, $5, 0, 'pending', now())
+ON CONFLICT (source_id, embedding_model) DO UPDATE
+SET generation = EXCLUDED.generation, chunk_count = EXCLUDED.chunk_count, chunks_stored = 0,
+    status = 'pending', status_reason = NULL, pending_since = now(), updated_at = now()
+WHERE m.generation < EXCLUDED.generation OR m.status <> 'ready'
+""",
+)
+
+RESTART = TenantQuery(
+    "knowledge.restart",
+    """
+-- knowledge.restart: a new generation of a source from its stored text (a retry), pending
+-- again under the key of the command that asked.
+UPDATE knowledge_sources
+SET generation = generation + 1, status = 'pending', status_reason = NULL,
+    pending_since = now(), updated_at = now(), upload_key = $3, reply_to = $4,
+    correlation_id = $5
+WHERE organization_id IS NOT DISTINCT FROM $1 AND id = $2 AND sections IS NOT NULL
+RETURNING id
+""",
+)
+
+FAIL_SOURCE = TenantQuery(
+    "knowledge.fail_source",
+    """
+-- knowledge.fail_source: the generation being ingested failed, with the reason.
+UPDATE knowledge_sources
+SET status = 'failed', status_reason = $4, pending_since = NULL, updated_at = now()
+WHERE organization_id IS NOT DISTINCT FROM $1 AND id = $2 AND generation = $3
+  AND status = 'pending'
+RETURNING id
+""",
+)
+
+LOCK_MODEL_STATE = TenantQuery(
+    "knowledge.lock_model_state",
+    """
+-- knowledge.lock_model_state: the per-model row a batch belongs to, locked until the batch
+-- commits, so two batches of one source count their chunks one after the other.
+SELECT generation, chunk_count, chunks_stored, status FROM knowledge_source_models
+WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2 AND embedding_model = $3
+FOR UPDATE
+""",
+)
+
+INSERT_CHUNKS = TenantQuery(
+    "knowledge.insert_chunks",
+    """
+-- knowledge.insert_chunks: a batch of embedded chunks; one already stored is skipped.
+INSERT INTO knowledge_chunks (organization_id, source_id, embedding_model, generation, ordinal,
+                              section, text, tokens, embedding)
+SELECT $1, $2, $3, $4, c.ordinal, c.section, c.text, c.tokens, c.embedding::vector
+FROM unnest($5::integer[], $6::text[], $7::text[], $8::integer[], $9::text[])
+     AS c(ordinal, section, text, tokens, embedding)
+ON CONFLICT (source_id, embedding_model, generation, ordinal) DO NOTHING
+""",
+)
+
+COUNT_STORED = TenantQuery(
+    "knowledge.count_stored",
+    """
+-- knowledge.count_stored: add what a batch inserted; the row is ready once all are stored.
+UPDATE knowledge_source_models
+SET chunks_stored = chunks_stored + $4,
+    status = CASE WHEN chunks_stored + $4 = chunk_count THEN 'ready' ELSE status END,
+    pending_since = CASE WHEN chunks_stored + $4 = chunk_count THEN NULL ELSE pending_since END,
+    updated_at = now()
+WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2 AND embedding_model = $3
+RETURNING status
+""",
+)
+
+DROP_OLD_GENERATIONS = TenantQuery(
+    "knowledge.drop_old_generations",
+    """
+-- knowledge.drop_old_generations: the chunks a complete generation replaces, under its model.
+DELETE FROM knowledge_chunks
+WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2 AND embedding_model = $3
+  AND generation < $4
+""",
+)
+
+MARK_READY = TenantQuery(
+    "knowledge.mark_ready",
+    """
+-- knowledge.mark_ready: the source is ready once its generation is complete under the scope's
+-- live model.
+UPDATE knowledge_sources
+SET status = 'ready', status_reason = NULL, pending_since = NULL, updated_at = now()
+WHERE organization_id IS NOT DISTINCT FROM $1 AND id = $2 AND generation = $3
+  AND status = 'pending' AND knowledge_active_model($1) = $4
+RETURNING id, organization_id, title, status, status_reason, generation, updated_at, reply_to,
+          correlation_id
+""",
+)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def vector_text(vector: Sequence[float]) -> str:
+    """pgvector's text form; eight significant digits hold a float32 exactly enough."""
+    return "[" + ",".join(f"{x:.8g}" for x in vector) + "]"
+
+
+async def models(tenant: TenantConnection) -> tuple[str, str | None]:
+    """The scope's live model and the model a switch is moving to (or ``None``)."""
+    row = await tenant.fetchrow(MODELS)
+    if row is None:
+        raise LookupError("knowledge_settings has no platform row (migration 00007 adds one)")
+    return row["active_embedding_model"], row["next_embedding_model"]
+
+
+async def accept(
+    tenant: TenantConnection,
+    *,
+    source_id: UUID,
+    kind: str,
+    title: str,
+    uri: str | None,
+    object_key: str | None,
+    media_type: str,
+    reply_to: str | None,
+    correlation_id: str | None,
+    upload_key: str,
+) -> tuple[UUID, int]:
+    """Create or restart the source with this identity; its id and the new generation."""
+    query, identity = (ACCEPT_BY_URI, uri) if uri is not None else (ACCEPT_BY_OBJECT, object_key)
+    row = await tenant.fetchrow(
+        query, source_id, kind, title, identity, media_type, reply_to, correlation_id, upload_key
+    )
+    assert row is not None
+    return row["id"], row["generation"]
+
+
+def _state(row: Any) -> SourceState:
+    sections = None
+    if row["sections"] is not None:
+        sections = [
+            Section(tuple(s["path"]), list(s["paragraphs"])) for s in json.loads(row["sections"])
+        ]
+    return SourceState(
+        id=row["id"],
+        organization_id=row["organization_id"],
+        title=row["title"],
+        status=row["status"],
+        status_reason=row["status_reason"],
+        generation=row["generation"],
+        chunk_count=row["chunks"],
+        updated_at=row["updated_at"],
+        reply_to=row["reply_to"],
+        correlation_id=row["correlation_id"],
+        upload_key=row["upload_key"],
+        media_type=row["media_type"],
+        sections=sections,
+    )
+
+
+async def source(tenant: TenantConnection, source_id: UUID) -> SourceState | None:
+    row = await tenant.fetchrow(SOURCE, source_id)
+    return None if row is None else _state(row)
+
+
+async def source_by_identity(
+    tenant: TenantConnection, *, uri: str | None, object_key: str | None
+) -> SourceState | None:
+    row = await tenant.fetchrow(SOURCE_BY_IDENTITY, uri, object_key)
+    return None if row is None else _state(row)
+
+
+def sections_json(sections: list[Section]) -> str:
+    return json.dumps(
+        [{"path": list(s.path), "paragraphs": s.paragraphs} for s in sections], ensure_ascii=False
+    )
+
+
+async def record_text(
+    tenant: TenantConnection,
+    source_id: UUID,
+    generation: int,
+    sections: list[Section],
+    chunk_counts: dict[str, int],
+) -> None:
+    """The extracted sections, and how many chunks the generation has under each model."""
+    text = sections_json(sections)
+    await tenant.execute(RECORD_TEXT, source_id, generation, text, digest(text))
+    await expect_chunks(tenant, source_id, generation, chunk_counts)
+
+
+async def restart(
+    tenant: TenantConnection,
+    source_id: UUID,
+    key: str,
+    reply_to: str | None,
+    correlation_id: str | None,
+) -> bool:
+    """Start the next generation from the stored text; ``False`` when the source has none."""
+    return await tenant.fetchval(RESTART, source_id, key, reply_to, correlation_id) is not None
+
+
+async def expect_chunks(
+    tenant: TenantConnection, source_id: UUID, generation: int, counts: dict[str, int]
+) -> None:
+    """This generation has ``counts[model]`` chunks under each model (a ready row of the same
+    generation is left as it is)."""
+    for model, count in counts.items():
+        await tenant.execute(EXPECT_CHUNKS, source_id, generation, model, count)
+
+
+async def record_failure(
+    tenant: TenantConnection, source_id: UUID, generation: int, reason: str
+) -> bool:
+    """Fail the generation with ``reason``; ``False`` when it was no longer pending."""
+    reason = reason[:MAX_REASON_CHARS] or "failed"
+    return await tenant.fetchval(FAIL_SOURCE, source_id, generation, reason) is not None
+
+
+async def store_batch(
+    tenant: TenantConnection,
+    source_id: UUID,
+    model: str,
+    generation: int,
+    chunks: Sequence[StoredChunk],
+) -> BatchResult:
+    """Store one batch under its per-model row's lock; see the module docstring."""
+    state = await tenant.fetchrow(LOCK_MODEL_STATE, source_id, model)
+    if state is None or state["generation"] != generation or state["status"] != "pending":
+        return BatchResult(0, False, None, stale=True)
+    status = await tenant.execute(
+        INSERT_CHUNKS,
+        source_id,
+        model,
+        generation,
+        [c.ordinal for c in chunks],
+        [c.section for c in chunks],
+        [c.text for c in chunks],
+        [c.tokens for c in chunks],
+        [vector_text(c.embedding) for c in chunks],
+    )
+    inserted = int(status.rsplit(" ", 1)[-1])
+    now_status = await tenant.fetchval(COUNT_STORED, source_id, model, inserted)
+    if now_status != "ready":
+        return BatchResult(inserted, False, None)
+    await tenant.execute(DROP_OLD_GENERATIONS, source_id, model, generation)
+    row = await tenant.fetchrow(MARK_READY, source_id, generation, model)
+    ready = None
+    if row is not None:
+        ready = SourceState(
+            id=row["id"],
+            organization_id=row["organization_id"],
+            title=row["title"],
+            status=row["status"],
+            status_reason=row["status_reason"],
+            generation=row["generation"],
+            chunk_count=state["chunk_count"],
+            updated_at=row["updated_at"],
+            reply_to=row["reply_to"],
+            correlation_id=row["correlation_id"],
+        )
+    return BatchResult(inserted, True, ready)
+
+
+@dataclass(frozen=True)
+class Swept:
+    organization_id: UUID | None
+    source_id: UUID
+    embedding_model: str | None
+    title: str | None
+    reason: str
+    reply_to: str | None
+    correlation_id: str | None
+
+
+_SWEEP_SQL = """
+-- knowledge.sweep: fail sources (and per-model states) pending past the age, never under an
+-- hour, a bounded batch across tenants, through the owner's SECURITY DEFINER function.
+SELECT organization_id, source_id, embedding_model, title, reason, reply_to, correlation_id
+FROM contextcore_fail_stale_knowledge($1, $2)
+"""
+
+
+async def sweep(
+    conn: Connection, *, older_than: timedelta, batch: int, role: str = SERVICE_ROLE
+) -> list[Swept]:
+    """Fail what has been pending longer than ``older_than`` (at least an hour: the function's
+    floor, whatever is asked); what it failed."""
+    if batch <= 0:
+        raise ValueError(f"sweep batch must be positive, not {batch}")
+    async with service_role(conn, role=role):
+        rows = await conn.fetch(_SWEEP_SQL, older_than, batch)
+    return [Swept(**dict(row)) for row in rows]

@@ -1,0 +1,202 @@
+"""``KnowledgeClient``: upload a document and wait until its source is ``ready`` (or why not).
+
+One upload gets several status replies on the client's reply topic (``pending``, then ``ready``
+or ``failed``; ``rejected`` for an invalid upload), all with its correlation id; duplicates may
+arrive (delivery is at least once) and are harmless. :meth:`KnowledgeClient.upload` returns the
+first final status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import uuid
+from pathlib import Path
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from broker.settings import KafkaSettings, TopicSettings
+from contextcore.errors import DuplicateCorrelationId, ReplyTimeout, RequestRefused
+from producers.client import ReplyChannel
+from schemas.upload import InlineContent, ReingestRequestV1, UploadRequestV1, UploadStatusV1
+
+log = logging.getLogger("contextcore.client")
+
+FINAL = frozenset({"ready", "failed", "rejected"})
+MEDIA_TYPES = {
+    ".txt": "text/plain",
+    ".md": "text/markdown",
+    ".markdown": "text/markdown",
+    ".html": "text/html",
+    ".htm": "text/html",
+    ".pdf": "application/pdf",
+}
+
+
+class UploadFailed(RequestRefused):
+    """The upload was rejected, or its source failed (``status`` holds the reply)."""
+
+    def __init__(self, status: UploadStatusV1) -> None:
+        self.status = status
+        super().__init__(status.status, status.reason or status.status, status.details)
+
+
+class KnowledgeClient(ReplyChannel):
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        upload_topic: str,
+        reply_topic_prefix: str = "contextcore.reply",
+        fetch_max_wait_ms: int = 500,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        super().__init__(
+            bootstrap_servers=bootstrap_servers,
+            reply_topic_prefix=reply_topic_prefix,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            connect_timeout_s=connect_timeout_s,
+        )
+        self.upload_topic = upload_topic
+        self._statuses: dict[str, asyncio.Queue[UploadStatusV1]] = {}
+
+    @classmethod
+    def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> KnowledgeClient:
+        return cls(
+            bootstrap_servers=kafka.require_bootstrap_servers(),
+            upload_topic=topics.upload,
+            reply_topic_prefix=topics.reply_prefix,
+            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            connect_timeout_s=kafka.connect_timeout_s,
+        )
+
+    def _on_reply(self, value: bytes, offset: int) -> None:
+        try:
+            status = UploadStatusV1.model_validate_json(value)
+        except ValidationError:
+            log.warning("ignoring a malformed upload status at offset %d", offset)
+            return
+        queue = self._statuses.get(status.correlation_id)
+        if queue is not None:
+            queue.put_nowait(status)
+
+    async def upload(
+        self,
+        *,
+        organization_id: UUID | None,
+        title: str,
+        media_type: str,
+        uri: str | None = None,
+        content: bytes | str | None = None,
+        object: str | None = None,
+        idempotency_key: str | None = None,
+        timeout: float = 300.0,
+        correlation_id: str | None = None,
+    ) -> UploadStatusV1:
+        """Upload one document (inline ``content`` with a ``uri``, or an ``object`` address) to
+        an organization, or to the platform when ``organization_id`` is ``None``; the ``ready``
+        status once every chunk is stored.
+
+        Raises:
+            UploadFailed: the upload was rejected or its source failed (with the reason).
+            ReplyTimeout: no final status within ``timeout`` seconds.
+        """
+        inline = None
+        if isinstance(content, str):
+            inline = InlineContent(text=content)
+        elif content is not None:
+            inline = InlineContent(base64=base64.b64encode(content).decode())
+        message = UploadRequestV1(
+            correlation_id=correlation_id or uuid.uuid4().hex,
+            reply_to=self.reply_topic,
+            scope="platform" if organization_id is None else "organization",
+            organization_id=organization_id,
+            title=title,
+            media_type=media_type,
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
+            uri=uri,
+            object=object,
+            content=inline,
+        )
+        value = message.model_dump_json().encode()
+        return await self._await_final(message.correlation_id, value, timeout)
+
+    async def reingest(
+        self,
+        *,
+        organization_id: UUID | None,
+        source_id: UUID,
+        models: list[str] | None = None,
+        wait: bool = False,
+        timeout: float = 300.0,
+    ) -> UploadStatusV1 | None:
+        """Ask the upload consumer to ingest a stored source again (see
+        :class:`~schemas.upload.ReingestRequestV1`); with ``wait``, its final status.
+
+        Raises:
+            UploadFailed: (``wait``) the re-ingestion was refused or the source failed.
+            ReplyTimeout: (``wait``) no final status within ``timeout`` seconds.
+        """
+        correlation_id = uuid.uuid4().hex
+        message = ReingestRequestV1(
+            action="reingest",
+            scope="platform" if organization_id is None else "organization",
+            organization_id=organization_id,
+            source_id=source_id,
+            models=models,
+            idempotency_key=uuid.uuid4().hex,
+            reply_to=self.reply_topic if wait else None,
+            correlation_id=correlation_id if wait else None,
+        )
+        if not wait:
+            await self._send(self.upload_topic, message.model_dump_json().encode(), b"")
+            return None
+        return await self._await_final(correlation_id, message.model_dump_json().encode(), timeout)
+
+    async def _await_final(self, key: str, value: bytes, timeout: float) -> UploadStatusV1:
+        if key in self._statuses:
+            raise DuplicateCorrelationId(f"correlation id {key!r} already awaits a status")
+        queue: asyncio.Queue[UploadStatusV1] = asyncio.Queue()
+        self._statuses[key] = queue
+        try:
+            await self._send(self.upload_topic, value, key.encode())
+            async with asyncio.timeout(timeout):
+                while True:
+                    status = await queue.get()
+                    if status.status in FINAL:
+                        break
+        except TimeoutError:
+            raise ReplyTimeout(f"upload {key} was not final within {timeout:g} s") from None
+        finally:
+            self._statuses.pop(key, None)
+        if status.status != "ready":
+            raise UploadFailed(status)
+        return status
+
+    async def upload_file(
+        self,
+        path: Path,
+        *,
+        organization_id: UUID | None,
+        title: str | None = None,
+        media_type: str | None = None,
+        uri: str | None = None,
+        timeout: float = 300.0,
+    ) -> UploadStatusV1:
+        """Upload a local file inline (its bytes travel in the record: keep it under the
+        broker's record limit; larger documents go through ``object``)."""
+        kind = media_type or MEDIA_TYPES.get(path.suffix.lower())
+        if kind is None:
+            raise ValueError(f"cannot tell the media type of {path.name}: give media_type")
+        data = await asyncio.to_thread(path.read_bytes)
+        resolved = await asyncio.to_thread(path.resolve)
+        return await self.upload(
+            organization_id=organization_id,
+            title=title or path.stem,
+            media_type=kind,
+            uri=uri or resolved.as_uri(),
+            content=data,  # base64 on the wire: the consumer decodes text as UTF-8 itself
+            timeout=timeout,
+        )

@@ -1,0 +1,254 @@
+"""``contextcore-knowledge``: the knowledge base's admin commands. Each that changes data is a dry
+run unless given ``--apply`` (it prints what it would do).
+
+    failed               (--organization ID | --platform)   failed sources, with the reasons
+    retry SOURCE         (--organization ID | --platform)   ingest a failed source again from its
+                         [--apply] [--wait]                 stored text
+    switch prepare MODEL --dimensions N (scope) [--apply]   step 1: embed every source under MODEL
+    switch status        (scope)                            step 2: what is not ready under it yet
+    switch flip          (scope) [--apply]                  step 3: make it the live model
+    switch clean         (scope) [--apply]                  step 4: delete the other models' rows
+    index [--min-chunks N] [--apply]                        per-tenant HNSW indexes (as the owner)
+
+Data commands use the runtime login (``CONTEXTCORE_DATABASE_URL``) in the named scope, so row
+security applies to them as to the services; ``retry`` and ``switch prepare`` ask the upload
+consumer over Kafka; ``index`` needs the schema owner (``CONTEXTCORE_DATABASE_OWNER_URL``).
+Exit status: 0; 1 when the command is refused (out of order, not found); 2 when a setting is
+missing or a service unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from uuid import UUID
+
+import asyncpg
+
+from broker.settings import KafkaSettings, TopicSettings
+from contextcore.errors import ContextcoreError, run_command
+from contextcore.knowledge import admin, indexes, store
+from contextcore.settings import DatabaseSettings
+from contextcore.storage.pool import connect, create_pool
+from contextcore.storage.tenancy import PLATFORM, Scope, TenantConnection, TenantDatabase
+from producers.knowledge import KnowledgeClient
+
+
+class Refused(ContextcoreError):
+    """The command may not run now (exit 1)."""
+
+
+@asynccontextmanager
+async def _scope(scope: Scope) -> AsyncIterator[TenantConnection]:
+    settings = DatabaseSettings()
+    pool = await create_pool(
+        settings.require_url(), timeout_s=settings.connect_timeout_s, max_size=1
+    )
+    try:
+        async with TenantDatabase(pool, role=settings.role).writing(scope) as tenant:
+            yield tenant
+    finally:
+        await pool.close()
+
+
+def _client() -> KnowledgeClient:
+    return KnowledgeClient.from_settings(KafkaSettings(), TopicSettings())
+
+
+async def _failed(scope: Scope) -> int:
+    async with _scope(scope) as tenant:
+        rows = await admin.failed(tenant)
+    for row in rows:
+        text = "" if row.has_text else "  (no stored text: upload again)"
+        print(f"{row.id}  {row.updated_at:%Y-%m-%d %H:%M}  {row.title}  [{row.identity}]{text}")
+        print(f"    {row.reason}")
+    print(f"{len(rows)} failed source(s)")
+    return 0
+
+
+async def _retry(scope: Scope, source_id: UUID, apply: bool, wait: bool) -> int:
+    async with _scope(scope) as tenant:
+        state = await store.source(tenant, source_id)
+    if state is None:
+        raise Refused(f"no source {source_id} in this scope")
+    if state.sections is None:
+        raise Refused(f"{source_id} has no stored text (its extraction failed): upload it again")
+    print(f"{source_id}  {state.title}: {state.status} ({state.status_reason or 'no reason'})")
+    if not apply:
+        print(f"dry run: --apply ingests generation {state.generation + 1} from the stored text")
+        return 0
+    organization = state.organization_id
+    async with _client() as client:
+        status = await client.reingest(organization_id=organization, source_id=source_id, wait=wait)
+    print("asked the upload consumer" if status is None else status.model_dump_json(indent=2))
+    return 0
+
+
+async def _prepare(scope: Scope, model: str, dimensions: int, apply: bool) -> int:
+    async with _scope(scope) as tenant:
+        live, switching = await store.models(tenant)
+        sources = await admin.sources_under(tenant, model)
+    if live == model:
+        raise Refused(f"{model} is already the live model of this scope")
+    todo = [s for s in sources if not s.ready and s.status != "failed"]
+    print(f"live model {live}; next {switching or 'none'} -> {model}")
+    print(f"{len(todo)} of {len(sources)} source(s) to embed under {model}")
+    if not apply:
+        print("dry run: --apply sets the next model and asks for the embeddings")
+        return 0
+    settings = DatabaseSettings()
+    conn = await connect(settings.require_url(), timeout_s=settings.connect_timeout_s)
+    try:
+        await admin.register_model(conn, model, dimensions)
+    except ValueError as error:
+        raise Refused(str(error)) from error
+    finally:
+        await conn.close()
+    async with _scope(scope) as tenant:
+        await admin.set_next(tenant, model)
+    organization = scope if isinstance(scope, UUID) else None
+    async with _client() as client:
+        for source in todo:
+            await client.reingest(organization_id=organization, source_id=source.id, models=[model])
+    print(f"asked for {len(todo)} source(s); follow with: contextcore-knowledge switch status")
+    return 0
+
+
+async def _status(scope: Scope) -> int:
+    async with _scope(scope) as tenant:
+        live, switching = await store.models(tenant)
+        if switching is None:
+            print(f"live model {live}; no switch in progress")
+            return 0
+        sources = await admin.sources_under(tenant, switching)
+    waiting = [s for s in sources if not s.ready and s.status != "failed"]
+    for source in waiting:
+        print(f"{source.id}  {source.title}: {source.progress}")
+    print(f"live {live}, next {switching}: {len(sources) - len(waiting)} of {len(sources)} ready")
+    return 0 if not waiting else 1
+
+
+async def _flip(scope: Scope, apply: bool) -> int:
+    async with _scope(scope) as tenant:
+        live, switching = await store.models(tenant)
+        if switching is None:
+            raise Refused("no switch in progress: run switch prepare first")
+        waiting = [
+            s
+            for s in await admin.sources_under(tenant, switching)
+            if not s.ready and s.status != "failed"
+        ]
+        if waiting:
+            raise Refused(f"{len(waiting)} source(s) are not ready under {switching} yet")
+        if not apply:
+            print(f"dry run: --apply makes {switching} the live model instead of {live}")
+            return 0
+        flipped = await admin.flip(tenant)
+    if flipped is None:
+        raise Refused("a source stopped being ready under the next model; nothing flipped")
+    print(f"the live model is now {flipped}")
+    return 0
+
+
+async def _clean(scope: Scope, apply: bool) -> int:
+    async with _scope(scope) as tenant:
+        others = await admin.other_models(tenant)
+    for model, chunks in others.items():
+        print(f"{model}: {chunks} chunk(s)")
+    if not apply or not others:
+        print("nothing to delete" if not others else "dry run: --apply deletes them in batches")
+        return 0
+    total = 0
+    while True:
+        async with _scope(scope) as tenant:
+            deleted = await admin.clean_batch(tenant)
+        total += deleted
+        if deleted == 0:
+            break
+    print(f"deleted {total} chunk(s)")
+    return 0
+
+
+async def _index(min_chunks: int, apply: bool) -> int:
+    settings = DatabaseSettings()
+    conn = await asyncpg.connect(settings.require_owner_url(), timeout=settings.connect_timeout_s)
+    try:
+        sizes = await indexes.tenant_sizes(conn)
+        for size in sizes:
+            tenant = size.organization_id or "platform"
+            wanted = size.chunks >= min_chunks
+            mark = "indexed" if size.indexed else ("to index" if wanted else "exact")
+            print(f"{tenant}  {size.model}  {size.chunks} chunks  {mark}")
+            if wanted and not size.indexed and apply:
+                await conn.execute(
+                    indexes.create_sql(size.organization_id, size.model, size.dimensions)
+                )
+                print(f"    built {size.index}")
+    finally:
+        await conn.close()
+    if not apply:
+        print(f"dry run: --apply builds an HNSW index for each tenant of {min_chunks}+ chunks")
+    return 0
+
+
+def _scope_of(args: argparse.Namespace) -> Scope:
+    return PLATFORM if args.platform else UUID(str(args.organization))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="contextcore-knowledge",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def scoped(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        group = command.add_mutually_exclusive_group(required=True)
+        group.add_argument("--organization", type=UUID)
+        group.add_argument("--platform", action="store_true")
+        return command
+
+    scoped(commands.add_parser("failed", help="failed sources with reasons"))
+    retry = scoped(commands.add_parser("retry", help="ingest a source again"))
+    retry.add_argument("source", type=UUID)
+    retry.add_argument("--apply", action="store_true")
+    retry.add_argument("--wait", action="store_true", help="wait for its final status")
+    switch = commands.add_parser("switch", help="the model switch, step by step")
+    steps = switch.add_subparsers(dest="step", required=True)
+    prepare = scoped(steps.add_parser("prepare"))
+    prepare.add_argument("model")
+    prepare.add_argument("--dimensions", type=int, required=True)
+    prepare.add_argument("--apply", action="store_true")
+    scoped(steps.add_parser("status"))
+    scoped(steps.add_parser("flip")).add_argument("--apply", action="store_true")
+    scoped(steps.add_parser("clean")).add_argument("--apply", action="store_true")
+    index = commands.add_parser("index", help="per-tenant HNSW indexes (schema owner)")
+    index.add_argument("--min-chunks", type=int, default=5_000)
+    index.add_argument("--apply", action="store_true")
+    args = parser.parse_args(argv)
+
+    def run() -> int:
+        if args.command == "index":
+            return asyncio.run(_index(args.min_chunks, args.apply))
+        scope = _scope_of(args)
+        if args.command == "failed":
+            return asyncio.run(_failed(scope))
+        if args.command == "retry":
+            return asyncio.run(_retry(scope, args.source, args.apply, args.wait))
+        if args.step == "prepare":
+            return asyncio.run(_prepare(scope, args.model, args.dimensions, args.apply))
+        if args.step == "status":
+            return asyncio.run(_status(scope))
+        if args.step == "flip":
+            return asyncio.run(_flip(scope, args.apply))
+        return asyncio.run(_clean(scope, args.apply))
+
+    return run_command("contextcore-knowledge", run, expected=(OSError, ValueError))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The admin commands as an operator runs them (``contextcore-knowledge`` in its own process):
+failed sources and their retry, and the model switch's four steps in order (issue 8)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+
+from broker.topics import ensure_topics, upload_topics
+from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.settings import ExtraModel
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from producers.knowledge import KnowledgeClient, UploadFailed
+from tests.documents import corrupt_pdf
+from tests.integration.conftest import Config, Database, StartConsumer
+from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
+
+pytestmark = pytest.mark.integration
+
+COPY = "test/minilm-copy"
+"""The default model's files under a second name: a real second model for the switch."""
+
+
+async def command(config: Config, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "producers.knowledge_admin",
+        *args,
+        env=config.environ(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    return await process.wait(), out.decode()
+
+
+@pytest.fixture
+async def running(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> Config:
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
+    )
+    config = config.with_(
+        "knowledge",
+        extra_models=(ExtraModel(name=COPY, path=default_model_path(DEFAULT_MODEL)),),
+    )
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    await asyncio.gather(
+        start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
+    )
+    return config
+
+
+async def client_for(config: Config) -> KnowledgeClient:
+    client = KnowledgeClient(
+        bootstrap_servers=config.bootstrap,
+        upload_topic=config.topics.upload,
+        reply_topic_prefix=config.topics.reply_prefix,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    )
+    await client.start()
+    return client
+
+
+async def models_searched(database: Database, organization: uuid.UUID) -> set[Any]:
+    conn = await asyncpg.connect(database.url)
+    try:
+        async with conn.transaction():
+            await conn.execute(
+                "SELECT set_config('role', 'contextcore_app', true),"
+                " set_config('contextcore.organization_id', $1, true)",
+                str(organization),
+            )
+            vector = await conn.fetchval(
+                "SELECT embedding::text FROM knowledge_chunks WHERE organization_id = $1 LIMIT 1",
+                organization,
+            )
+            rows = await conn.fetch(
+                "SELECT embedding_model FROM knowledge_search($1, $2::vector, 'refund', false,"
+                " true, 10)",
+                organization,
+                vector,
+            )
+    finally:
+        await conn.close()
+    return {r["embedding_model"] for r in rows}
+
+
+async def test_a_model_switch_runs_its_four_steps_in_order_and_never_mixes_models(
+    running: Config, admin: asyncpg.Connection, database: Database
+) -> None:
+    client = await client_for(running)
+    try:
+        await client.upload(
+            organization_id=ORG_A,
+            title="Handbook",
+            media_type="text/markdown",
+            uri="docs://handbook",
+            content=HANDBOOK,
+        )
+        await client.upload(  # B stays on the platform's model throughout
+            organization_id=ORG_B,
+            title="Handbook",
+            media_type="text/markdown",
+            uri="docs://handbook",
+            content=HANDBOOK,
+        )
+    finally:
+        await client.close()
+    scope = ("--organization", str(ORG_A))
+    code, out = await command(running, "switch", "flip", *scope, "--apply")
+    assert (code, "no switch in progress" in out) == (1, True), out
+    code, out = await command(running, "switch", "prepare", COPY, "--dimensions", "384", *scope)
+    assert (code, "dry run" in out) == (0, True), out
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_settings") == 1, "dry run wrote"
+    code, out = await command(
+        running, "switch", "prepare", COPY, "--dimensions", "384", *scope, "--apply"
+    )
+    assert code == 0, out
+    async with asyncio.timeout(90):
+        while True:  # step 2: wait until every source is ready under the new model
+            code, out = await command(running, "switch", "status", *scope)
+            if code == 0:
+                break
+            assert await models_searched(database, ORG_A) == {DEFAULT_MODEL}, "old one serves"
+            await asyncio.sleep(0.5)
+    assert "1 of 1 ready" in out
+    assert await models_searched(database, ORG_A) == {DEFAULT_MODEL}, "not flipped yet"
+    code, out = await command(running, "switch", "flip", *scope, "--apply")
+    assert code == 0, out
+    assert await models_searched(database, ORG_A) == {COPY}
+    assert await models_searched(database, ORG_B) == {DEFAULT_MODEL}
+    code, out = await command(running, "switch", "clean", *scope)
+    assert f"{DEFAULT_MODEL}: 3 chunk(s)" in out, out
+    code, out = await command(running, "switch", "clean", *scope, "--apply")
+    assert (code, "deleted 3 chunk(s)" in out) == (0, True), out
+    per_model = await admin.fetch(
+        "SELECT organization_id, embedding_model, count(*) FROM knowledge_chunks"
+        " GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+    assert [tuple(r) for r in per_model] == [(ORG_A, COPY, 3), (ORG_B, DEFAULT_MODEL, 3)]
+    assert await models_searched(database, ORG_A) == {COPY}
+
+
+async def test_a_failed_source_is_listed_with_its_reason_and_retried(
+    running: Config, admin: asyncpg.Connection
+) -> None:
+    client = await client_for(running)
+    try:
+        ready = await client.upload(
+            organization_id=ORG_A,
+            title="Handbook",
+            media_type="text/markdown",
+            uri="docs://handbook",
+            content=HANDBOOK,
+        )
+        with pytest.raises(UploadFailed):
+            await client.upload(
+                organization_id=ORG_A,
+                title="Broken",
+                media_type="application/pdf",
+                uri="docs://broken",
+                content=corrupt_pdf(),
+            )
+    finally:
+        await client.close()
+    await admin.execute(  # as the sweep leaves it: embedding died, the hour passed
+        "UPDATE knowledge_sources SET status = 'failed', pending_since = NULL,"
+        " status_reason = 'pending for more than an hour' WHERE id = $1",
+        ready.source_id,
+    )
+    scope = ("--organization", str(ORG_A))
+    code, out = await command(running, "failed", *scope)
+    assert code == 0, out
+    assert "pending for more than an hour" in out
+    assert "the PDF cannot be read" in out
+    assert "no stored text" in out
+    broken = await admin.fetchval("SELECT id FROM knowledge_sources WHERE uri = 'docs://broken'")
+    code, out = await command(running, "retry", str(broken), *scope, "--apply")
+    assert (code, "no stored text" in out) == (1, True), out
+    code, out = await command(running, "retry", str(ready.source_id), *scope)
+    assert (code, "dry run" in out) == (0, True), out
+    code, out = await command(running, "retry", str(ready.source_id), *scope, "--apply", "--wait")
+    assert code == 0, out
+    assert '"status": "ready"' in out
+    row = await admin.fetchrow(
+        "SELECT status, generation FROM knowledge_sources WHERE id = $1", ready.source_id
+    )
+    assert row is not None
+    assert (row["status"], row["generation"]) == ("ready", 2)
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks WHERE generation = 2") == 3
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks WHERE generation = 1") == 0
+    code, out = await command(running, "retry", str(ready.source_id), "--organization", str(ORG_B))
+    assert (code, "no source" in out) == (1, True), "B cannot reach A's source"

@@ -1,0 +1,284 @@
+"""Knowledge end to end: an upload through the real broker to ready chunks in pgvector, and the
+knowledge source reading them (issue 8)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from broker.topics import upload_topics
+from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.search import KnowledgeContextSource
+from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.storage.tenancy import TenantDatabase
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from producers.knowledge import KnowledgeClient, UploadFailed
+from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
+from tests.integration.conftest import Config, StartConsumer
+from tests.integration.helpers import producer, read_json
+
+pytestmark = pytest.mark.integration
+
+ORG_A = uuid.UUID("6f1c2a3b-0000-4000-8000-00000000000a")
+ORG_B = uuid.UUID("6f1c2a3b-0000-4000-8000-00000000000b")
+
+HANDBOOK = """# Handbook
+
+## Pricing
+
+The Team plan costs 20 euros per seat and month, billed yearly. The Enterprise plan is quoted
+per contract and includes single sign-on.
+
+## Refunds
+
+A customer may cancel within 30 days of purchase and receive a full refund. After 30 days no
+refund is given, but the subscription runs until the end of the paid period.
+
+## Support hours
+
+Support answers on weekdays from 8:00 to 18:00 Central European Time.
+"""
+
+
+def upload(
+    correlation_id: str,
+    reply_to: str,
+    *,
+    organization: uuid.UUID | None = ORG_A,
+    key: str | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    message: dict[str, Any] = {
+        "schema_version": 1,
+        "correlation_id": correlation_id,
+        "reply_to": reply_to,
+        "scope": "organization" if organization else "platform",
+        "organization_id": str(organization) if organization else None,
+        "title": "Handbook",
+        "media_type": "text/markdown",
+        "idempotency_key": key or f"key-{correlation_id}",
+        "uri": "docs://handbook",
+        "content": {"text": HANDBOOK},
+    }
+    message.update(fields)
+    return message
+
+
+async def publish(config: Config, *messages: dict[str, Any]) -> None:
+    client = await producer(config.bootstrap)
+    try:
+        for message in messages:
+            await client.send_and_wait(config.topics.upload, json.dumps(message).encode())
+    finally:
+        await client.stop()
+
+
+async def statuses(
+    config: Config, reply_to: str, count: int, timeout: float = 90.0
+) -> list[dict[str, Any]]:
+    return await read_json(config.bootstrap, reply_to, until=count, timeout=timeout)
+
+
+@pytest.fixture
+async def organizations(admin: asyncpg.Connection) -> None:
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
+    )
+
+
+@pytest.fixture
+async def pipeline(config: Config, start_consumer: StartConsumer, organizations: None) -> Config:
+    from broker.topics import ensure_topics
+
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    await asyncio.gather(
+        start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
+    )
+    return config
+
+
+def knowledge_request(organization: uuid.UUID, query: str) -> ContextRequest:
+    return ContextRequest(
+        subject=ContextSubject(
+            organization_id=organization, user_id=None, definition_id=None, trigger_id=None
+        ),
+        query=query,
+        entities=(),
+    )
+
+
+def spec(**options: Any) -> ContextSourceSpec:
+    return ContextSourceSpec(name="knowledge", token_budget=1_500, limit=8, options=options)
+
+
+async def test_an_upload_becomes_ready_and_the_knowledge_source_finds_it(
+    pipeline: Config, tenant_db: TenantDatabase, encoder: Encoder
+) -> None:
+    reply_to = pipeline.reply_topic("upload-ready")
+    await publish(pipeline, upload("c-1", reply_to))
+    replies = await statuses(pipeline, reply_to, 2)
+    assert [r["status"] for r in replies] == ["pending", "ready"]
+    assert {r["correlation_id"] for r in replies} == {"c-1"}
+    ready = replies[1]
+    assert ready["chunks"] == 3  # one per section: each fits the window
+    source = KnowledgeContextSource(tenant_db, _shared(encoder))
+    items = await source.retrieve(
+        knowledge_request(ORG_A, "can I get my money back after cancelling?"),
+        spec(include_organization=True),
+    )
+    assert items, "a ready source is searched"
+    assert items[0].title == "Handbook > Refunds"
+    assert "full refund" in items[0].body
+    assert items[0].ref is not None
+    assert items[0].ref.kind == "knowledge_chunk"
+
+
+def _shared(encoder: Encoder) -> Any:
+    async def get(model: str) -> Encoder:
+        assert model == encoder.model
+        return encoder
+
+    return get
+
+
+@pytest.fixture
+async def client(pipeline: Config) -> AsyncIterator[KnowledgeClient]:
+    async with KnowledgeClient(
+        bootstrap_servers=pipeline.bootstrap,
+        upload_topic=pipeline.topics.upload,
+        reply_topic_prefix=pipeline.topics.reply_prefix,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    ) as knowledge:
+        yield knowledge
+
+
+@pytest.mark.parametrize(
+    ("data", "media_type", "reason"),
+    [
+        (corrupt_pdf(), "application/pdf", "the PDF cannot be read"),
+        (encrypted_pdf(), "application/pdf", "the PDF is encrypted"),
+        (bomb_pdf(), "application/pdf", "Limit reached while decompressing"),
+        (b"\x89PNG\r\n\x1a\n", "image/png", "'image/png' is not readable"),
+        (b" \n\n \t", "text/plain", "the document has no text"),
+    ],
+)
+async def test_a_document_that_cannot_be_read_fails_its_source_and_the_consumer_goes_on(
+    client: KnowledgeClient,
+    admin: asyncpg.Connection,
+    data: bytes,
+    media_type: str,
+    reason: str,
+) -> None:
+    with pytest.raises(UploadFailed) as failed:
+        await client.upload(
+            organization_id=ORG_A,
+            title="bad",
+            media_type=media_type,
+            uri="docs://bad",
+            content=data,
+            timeout=60,
+        )
+    assert failed.value.status.status == "failed"
+    assert reason in (failed.value.status.reason or "")
+    stored = await admin.fetchrow(
+        "SELECT status, status_reason FROM knowledge_sources WHERE uri = 'docs://bad'"
+    )
+    assert stored is not None
+    assert stored["status"] == "failed"
+    assert reason in stored["status_reason"]
+    ready = await client.upload(
+        organization_id=ORG_A,
+        title="Good",
+        media_type="application/pdf",
+        uri="docs://good",
+        content=text_pdf("Refunds are paid within 30 days.", "Support answers on weekdays."),
+        timeout=60,
+    )
+    assert ready.status == "ready"
+    assert ready.chunks == 2
+
+
+async def test_the_same_upload_twice_is_ingested_once(
+    pipeline: Config, admin: asyncpg.Connection
+) -> None:
+    reply_to = pipeline.reply_topic("twice")
+    message = upload("c-twice", reply_to, key="the-key")
+    await publish(pipeline, message)
+    first = await statuses(pipeline, reply_to, 2)
+    assert [r["status"] for r in first] == ["pending", "ready"]
+    await publish(pipeline, message)
+    again = (await statuses(pipeline, reply_to, 3))[2]
+    assert again["status"] == "ready"
+    assert again["source_id"] == first[1]["source_id"]
+    assert again["generation"] == 1
+    rows = await admin.fetch("SELECT generation FROM knowledge_chunks")
+    assert [r["generation"] for r in rows] == [1, 1, 1]
+
+
+async def test_a_new_upload_of_the_same_identity_replaces_the_chunks(
+    client: KnowledgeClient, admin: asyncpg.Connection
+) -> None:
+    first = await client.upload(
+        organization_id=ORG_A,
+        title="Handbook",
+        media_type="text/markdown",
+        uri="docs://handbook",
+        content=HANDBOOK,
+    )
+    second = await client.upload(
+        organization_id=ORG_A,
+        title="Handbook",
+        media_type="text/markdown",
+        uri="docs://handbook",
+        content="# Handbook\n\n## Refunds\n\nNo refunds after 14 days.\n",
+    )
+    assert second.source_id == first.source_id
+    assert (first.generation, second.generation) == (1, 2)
+    assert second.chunks == 1
+    rows = await admin.fetch("SELECT generation, text FROM knowledge_chunks")
+    assert [(r["generation"], r["text"]) for r in rows] == [(2, "No refunds after 14 days.")]
+
+
+async def test_a_consumer_killed_mid_document_leaves_no_duplicate_and_the_document_ends_ready(
+    config: Config, start_consumer: StartConsumer, organizations: None, admin: asyncpg.Connection
+) -> None:
+    from broker.topics import ensure_topics
+
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    config = config.with_("upload", embed_batch_chunks=4)
+    await start_consumer(config, consumer="upload")
+    embedder = await start_consumer(config, consumer="embed")
+    sections = "\n\n".join(
+        f"## Topic {i}\n\nParagraph {i} explains rule number {i} of the long handbook."
+        for i in range(120)
+    )
+    reply_to = config.reply_topic("killed")
+    await publish(config, upload("c-kill", reply_to, content={"text": f"# Long\n\n{sections}"}))
+    async with asyncio.timeout(60):
+        while True:  # some batches stored, not all
+            stored = await admin.fetchval(
+                "SELECT coalesce(sum(chunks_stored), 0) FROM knowledge_source_models"
+            )
+            if stored >= 8:
+                break
+            await asyncio.sleep(0.05)
+    await embedder.stop(signal.SIGKILL)
+    partial = await admin.fetchrow("SELECT chunks_stored, chunk_count FROM knowledge_source_models")
+    assert partial is not None
+    assert partial["chunks_stored"] < partial["chunk_count"] == 120
+    await start_consumer(config, consumer="embed")
+    replies = await statuses(config, reply_to, 2)
+    assert replies[-1]["status"] == "ready"
+    assert replies[-1]["chunks"] == 120
+    counts = await admin.fetchrow(
+        "SELECT count(*) AS chunks, count(DISTINCT ordinal) AS ordinals FROM knowledge_chunks"
+    )
+    assert counts is not None
+    assert (counts["chunks"], counts["ordinals"]) == (120, 120)

@@ -1,0 +1,258 @@
+"""Fuzzing the upload and embedding topics through the real broker and real consumer processes,
+sent by a librdkafka client (issue 8): every record is settled, the consumer never dies, and the
+valid record queued behind a poisoned one on the same partition is still handled.
+
+Upload records are fuzzed at the message (bytes, huge numbers, deep nesting, lone surrogates,
+NUL bytes, oversize records, wrong types, bad addresses) and at the document: random bytes
+declared as PDF, HTML, Markdown or text, which must fail their source, not the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+import uuid
+from typing import Any
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.topics import dead_letter_topic, ensure_topics, upload_topics
+from contextcore.knowledge.encoder import DEFAULT_MODEL
+from tests.integration.conftest import Config, StartConsumer
+from tests.integration.helpers import Librdkafka, read_json
+from tests.integration.test_poison_records import json_values, text_of
+
+pytestmark = pytest.mark.integration
+
+ORG = uuid.UUID("6f1c2a3b-0000-4000-8000-0000000000f1")
+SETTLED_CAUSES = {"not_json", "too_deep", "invalid", "out_of_range", "lone_surrogate", "nan"}
+
+
+def upload(correlation_id: str, reply_to: str) -> dict[str, Any]:
+    return {
+        "correlation_id": correlation_id,
+        "reply_to": reply_to,
+        "scope": "organization",
+        "organization_id": str(ORG),
+        "title": "Notes",
+        "media_type": "text/markdown",
+        "idempotency_key": f"k-{correlation_id}",
+        "uri": f"docs://{correlation_id}",
+        "content": {"text": "# Notes\n\nRefunds within 30 days."},
+    }
+
+
+TARGETS = [
+    ("correlation_id",),
+    ("scope",),
+    ("organization_id",),
+    ("title",),
+    ("media_type",),
+    ("idempotency_key",),
+    ("uri",),
+    ("content",),
+    ("content", "text"),
+    ("action",),
+]
+
+
+@st.composite
+def poison_upload(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
+    kind = draw(
+        st.sampled_from(
+            [
+                "bytes",
+                "oversize",
+                "value",
+                "huge",
+                "deep",
+                "surrogate",
+                "nul",
+                "address",
+                "document",
+            ]
+        )
+    )
+    if kind == "bytes":
+        return draw(st.binary(min_size=1, max_size=2_000))
+    if kind == "oversize":
+        return draw(st.sampled_from([b"{", b"[", b"\xff"])) * draw(st.integers(300_000, 990_000))
+    message = upload(correlation_id, reply_to)
+    if kind == "address":
+        message["reply_to"] = draw(st.sampled_from(["", ".", "x" * 300, "\ud800", 7, None]))
+        return json.dumps(message).encode()
+    if kind == "document":
+        message["media_type"] = draw(
+            st.sampled_from(["application/pdf", "text/html", "text/markdown", "text/plain"])
+        )
+        data = draw(st.binary(max_size=4_000))
+        if draw(st.booleans()):
+            data = b"%PDF-1.4\n" + data
+        message["content"] = {"base64": base64.b64encode(data).decode()}
+        return json.dumps(message).encode()
+    path = draw(st.sampled_from(TARGETS))
+    parent = message
+    for step in path[:-1]:
+        parent = parent[step]
+    raw: dict[str, str] = {}
+    if kind == "value" and path == ("correlation_id",):
+        parent[path[-1]] = draw(st.none() | st.integers() | st.lists(st.booleans(), max_size=2))
+    elif kind == "value":
+        parent[path[-1]] = draw(json_values)
+    elif kind == "huge":
+        parent[path[-1]] = "@raw@"
+        raw["raw"] = "9" * draw(st.integers(19, 6_000))
+    elif kind == "deep":
+        depth = draw(st.integers(60, 2_000))
+        parent[path[-1]] = "@raw@"
+        raw["raw"] = "[" * depth + "1" + "]" * depth
+    elif kind == "surrogate":
+        parent[path[-1]] = "a\udbff"
+    else:
+        parent[path[-1]] = "\x00" * draw(st.integers(1, 3))
+    return text_of(message, **raw)
+
+
+@pytest.mark.timeout(600)
+async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'F')", ORG)
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    consumer = await start_consumer(config, consumer="upload")
+    reply_to = config.reply_topic("upload-fuzz")
+    client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
+    sent: dict[str, tuple[int, int]] = {}
+
+    @settings(
+        max_examples=80,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def fuzz(data: st.DataObject) -> None:
+        correlation_id = f"fuzz-{len(sent)}"
+        value = data.draw(poison_upload(reply_to, correlation_id))
+        key = data.draw(st.sampled_from([b"a", b"b"]))
+        sent[correlation_id] = client.send(config.topics.upload, value, key)
+        after = f"after-{correlation_id}"
+        valid = json.dumps(upload(after, reply_to)).encode()
+        client.send(config.topics.upload, valid, key)
+        assert client.reply(after)["status"] in {"pending", "ready"}
+
+    try:
+        await asyncio.to_thread(fuzz)
+    finally:
+        await asyncio.to_thread(client.close)
+    assert consumer.process.returncode is None
+    answered = {cid for cid in client.replies if cid in sent}
+    letters = await read_json(
+        config.bootstrap, dead_letter_topic(config.topics.upload), until=len(sent) - len(answered)
+    )
+    parked = {(letter["partition"], letter["offset"]) for letter in letters}
+    assert {letter["cause"] for letter in letters} <= SETTLED_CAUSES
+    for cid, position in sent.items():
+        assert cid in answered or position in parked, (cid, position)
+    for cid in answered:  # a document that cannot be read fails its source, with the reason
+        reply = client.replies[cid]
+        assert reply["status"] in {"pending", "ready", "failed", "rejected"}
+        if reply["status"] in {"failed", "rejected"}:
+            assert reply["reason"]
+    assert "Traceback" not in consumer.log()
+
+
+@st.composite
+def poison_batch(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["bytes", "value", "stale", "deep", "huge", "surrogate"]))
+    if kind == "bytes":
+        return draw(st.binary(min_size=1, max_size=2_000))
+    batch: dict[str, Any] = {
+        "organization_id": str(ORG),
+        "source_id": str(uuid.uuid4()),
+        "generation": 1,
+        "embedding_model": DEFAULT_MODEL,
+        "chunks": [{"ordinal": 0, "section": "s", "text": "t", "tokens": 3}],
+    }
+    if kind == "stale":  # well-formed, for a source that does not exist: nothing happens
+        return json.dumps(batch).encode()
+    field = draw(
+        st.sampled_from(["organization_id", "source_id", "generation", "embedding_model", "chunks"])
+    )
+    if kind == "value":
+        batch[field] = draw(json_values)
+        return json.dumps(batch).encode()
+    if kind == "surrogate":
+        batch[field] = "\udc00"
+        return json.dumps(batch).encode()
+    batch[field] = "@raw@"
+    depth = draw(st.integers(60, 2_000))
+    raw = "9" * 5_000 if kind == "huge" else "[" * depth + "1" + "]" * depth
+    return text_of(batch, raw=raw)
+
+
+@pytest.mark.timeout(600)
+async def test_fuzzed_embedding_batches_never_stall_a_partition(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'F')", ORG)
+    source = uuid.uuid4()
+    await admin.execute(
+        "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
+        " status, pending_since, upload_key) VALUES ($1, $2, 'inline', 'Long', 'docs://long',"
+        " 'text/plain', 'pending', now(), 'k')",
+        source,
+        ORG,
+    )
+    await admin.execute(
+        "INSERT INTO knowledge_source_models (organization_id, source_id, embedding_model,"
+        " generation, chunk_count, status, pending_since) VALUES ($1, $2, $3, 1, 10000,"
+        " 'pending', now())",
+        ORG,
+        source,
+        DEFAULT_MODEL,
+    )
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    consumer = await start_consumer(config, consumer="embed")
+    client = await asyncio.to_thread(Librdkafka, config.bootstrap, config.reply_topic("unused"))
+    genuine = 0
+
+    def stored() -> int:
+        return int(
+            asyncio.run_coroutine_threadsafe(
+                admin.fetchval("SELECT chunks_stored FROM knowledge_source_models"), loop
+            ).result(10)
+        )
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(st.data())
+    def fuzz(data: st.DataObject) -> None:
+        nonlocal genuine
+        key = data.draw(st.sampled_from([b"a", b"b", b"c"]))
+        client.send(config.topics.embed, data.draw(poison_batch()), key)
+        batch = {
+            "organization_id": str(ORG),
+            "source_id": str(source),
+            "generation": 1,
+            "embedding_model": DEFAULT_MODEL,
+            "chunks": [{"ordinal": genuine, "section": "s", "text": f"p {genuine}", "tokens": 4}],
+        }
+        client.send(config.topics.embed, json.dumps(batch).encode(), key)
+        genuine += 1
+        deadline = time.monotonic() + 30
+        while stored() < genuine:  # the genuine batch behind the poisoned one was stored
+            assert time.monotonic() < deadline, "the partition stalled"
+            time.sleep(0.02)
+
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.to_thread(fuzz)
+    finally:
+        await asyncio.to_thread(client.close)
+    assert consumer.process.returncode is None
+    assert await admin.fetchval("SELECT chunks_stored FROM knowledge_source_models") == genuine
+    assert "Traceback" not in consumer.log()

@@ -1,0 +1,418 @@
+"""The knowledge tables and knowledge_search on real PostgreSQL + pgvector: tenancy, models,
+readiness, the sweep and the plan (issue 8; spec "Minimum contract tests")."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import asyncpg
+import numpy as np
+import pytest
+
+from contextcore.knowledge import indexes, store
+from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.search import SEARCH
+from contextcore.storage.tenancy import PLATFORM, TenantDatabase
+from tests.integration.conftest import Database
+
+pytestmark = pytest.mark.integration
+
+ORG_A = uuid.UUID("6f1c2a3b-0000-4000-8000-0000000000a1")
+ORG_B = uuid.UUID("6f1c2a3b-0000-4000-8000-0000000000b1")
+OTHER_MODEL = "test/other-model"
+DIMS = 384
+
+
+def unit(rng: np.random.Generator, n: int = 1) -> np.ndarray:
+    v = rng.standard_normal((n, DIMS)).astype(np.float32)
+    normalised: np.ndarray = v / np.linalg.norm(v, axis=1, keepdims=True)
+    return normalised
+
+
+@pytest.fixture
+async def tenants(admin: asyncpg.Connection) -> None:
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
+    )
+    await admin.execute(
+        "INSERT INTO knowledge_models (name, dimensions) VALUES ($1, $2)", OTHER_MODEL, DIMS
+    )
+
+
+async def seed(
+    admin: asyncpg.Connection,
+    organization: uuid.UUID | None,
+    vectors: np.ndarray,
+    *,
+    model: str = DEFAULT_MODEL,
+    status: str = "ready",
+    model_status: str = "ready",
+    uri: str | None = None,
+    texts: list[str] | None = None,
+    source_id: uuid.UUID | None = None,
+) -> uuid.UUID:
+    """A source with one chunk per vector, written as the application's superuser."""
+    if source_id is None:
+        source_id = uuid.uuid4()
+        await admin.execute(
+            "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
+            " status, pending_since, upload_key) VALUES ($1, $2, 'inline', $3, $4, 'text/plain',"
+            " $5, CASE WHEN $5 = 'pending' THEN now() END, 'k')",
+            source_id,
+            organization,
+            f"doc {source_id.hex[:6]}",
+            uri or f"docs://{source_id}",
+            status,
+        )
+    count = len(vectors)
+    await admin.execute(
+        "INSERT INTO knowledge_source_models (organization_id, source_id, embedding_model,"
+        " generation, chunk_count, chunks_stored, status, pending_since)"
+        " VALUES ($1, $2, $3, 1, $4, $5, $6, CASE WHEN $6 = 'pending' THEN now() END)",
+        organization,
+        source_id,
+        model,
+        count,
+        count if model_status == "ready" else 0,
+        model_status,
+    )
+    await admin.executemany(
+        "INSERT INTO knowledge_chunks (organization_id, source_id, embedding_model, generation,"
+        " ordinal, section, text, tokens, embedding) VALUES ($1, $2, $3, 1, $4, '', $5, 5,"
+        " $6::vector)",
+        [
+            (
+                organization,
+                source_id,
+                model,
+                i,
+                (texts[i] if texts else f"passage {i} of {source_id.hex[:6]}"),
+                store.vector_text(v.tolist()),
+            )
+            for i, v in enumerate(vectors)
+        ],
+    )
+    return source_id
+
+
+async def search(
+    db: TenantDatabase,
+    organization: uuid.UUID,
+    vector: np.ndarray,
+    *,
+    text: str = "",
+    platform: bool = False,
+    own: bool = True,
+    limit: int = 10,
+) -> list[asyncpg.Record]:
+    async with db.scoped(organization) as tenant:
+        return await tenant.fetch(
+            SEARCH, store.vector_text(vector.tolist()), text, platform, own, limit, 40, 0.1, 200
+        )
+
+
+async def test_a_second_platform_settings_row_is_refused(
+    admin: asyncpg.Connection, tenants: None
+) -> None:
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await admin.execute(
+            "INSERT INTO knowledge_settings (organization_id, active_embedding_model)"
+            " VALUES (NULL, $1)",
+            OTHER_MODEL,
+        )
+    await admin.execute(
+        "INSERT INTO knowledge_settings (organization_id, active_embedding_model) VALUES ($1, $2)",
+        ORG_A,
+        OTHER_MODEL,
+    )
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await admin.execute(
+            "INSERT INTO knowledge_settings (organization_id, active_embedding_model)"
+            " VALUES ($1, $2)",
+            ORG_A,
+            DEFAULT_MODEL,
+        )
+
+
+async def test_a_chunk_organization_can_never_differ_from_its_source(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    rng = np.random.default_rng(1)
+    source_a = await seed(admin, ORG_A, unit(rng, 1))
+    platform_source = await seed(admin, None, unit(rng, 1))
+    insert = (
+        "INSERT INTO knowledge_chunks (organization_id, source_id, embedding_model, generation,"
+        " ordinal, text, tokens, embedding) VALUES ($1, $2, $3, 1, 9, 'x', 1, $4::vector)"
+    )
+    vector = store.vector_text(unit(rng)[0].tolist())
+    for organization, source in [(ORG_B, source_a), (None, source_a), (ORG_A, platform_source)]:
+        with pytest.raises(asyncpg.CheckViolationError, match="its source's organization"):
+            await admin.execute(insert, organization, source, DEFAULT_MODEL, vector)
+    with pytest.raises(asyncpg.CheckViolationError, match="never changes organization"):
+        await admin.execute(
+            "UPDATE knowledge_sources SET organization_id = $1 WHERE id = $2", ORG_B, source_a
+        )
+    with pytest.raises(asyncpg.CheckViolationError):
+        await admin.execute(
+            "UPDATE knowledge_chunks SET organization_id = $1 WHERE source_id = $2",
+            ORG_B,
+            source_a,
+        )
+    # the runtime login in B's scope: A's source does not exist for it
+    async with tenant_db.writing(ORG_B) as tenant:
+        with pytest.raises(asyncpg.ForeignKeyViolationError, match="does not exist in this scope"):
+            await tenant._conn.execute(insert, ORG_B, source_a, DEFAULT_MODEL, vector)
+
+
+async def test_organization_a_never_reads_or_writes_organization_b_knowledge(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    rng = np.random.default_rng(2)
+    vectors = unit(rng, 5)
+    await seed(admin, ORG_A, vectors)
+    source_b = await seed(admin, ORG_B, vectors)  # the same vectors: B's are equally close
+    hits = await search(tenant_db, ORG_A, vectors[0])
+    assert hits
+    assert {h["organization_id"] for h in hits} == {ORG_A}
+    async with tenant_db.writing(ORG_A) as tenant:
+        conn = tenant._conn
+        assert await conn.fetchval("SELECT count(*) FROM knowledge_chunks") == 5
+        assert await conn.fetchval("SELECT count(*) FROM knowledge_sources") == 1
+        updated = await conn.execute(
+            "UPDATE knowledge_sources SET title = 'stolen' WHERE id = $1", source_b
+        )
+        deleted = await conn.execute("DELETE FROM knowledge_chunks WHERE source_id = $1", source_b)
+        assert (updated, deleted) == ("UPDATE 0", "DELETE 0")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):  # RLS: not in this scope
+            await conn.execute(
+                "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
+                " status, upload_key) VALUES ($1, $2, 'inline', 't', 'u', 'text/plain', 'ready',"
+                " 'k')",
+                uuid.uuid4(),
+                ORG_B,
+            )
+    # the function's own filter: asking for B's organization from A's scope reads nothing of B
+    async with tenant_db.scoped(ORG_A) as tenant:
+        rows = await tenant._conn.fetch(
+            "SELECT organization_id FROM knowledge_search($1, $2::vector, '', false, true, 10)",
+            ORG_B,
+            store.vector_text(vectors[0].tolist()),
+        )
+    assert rows == []
+
+
+async def test_platform_documents_are_reachable_without_weakening_the_tenant_rule(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    rng = np.random.default_rng(3)
+    vectors = unit(rng, 4)
+    await seed(admin, None, vectors[:2])
+    await seed(admin, ORG_A, vectors[2:])
+    await seed(admin, ORG_B, vectors)
+    both = await search(tenant_db, ORG_A, vectors[0], platform=True, own=True)
+    assert {h["organization_id"] for h in both} == {None, ORG_A}
+    only_platform = await search(tenant_db, ORG_A, vectors[0], platform=True, own=False)
+    assert {h["organization_id"] for h in only_platform} == {None}
+    only_own = await search(tenant_db, ORG_A, vectors[0], platform=False, own=True)
+    assert {h["organization_id"] for h in only_own} == {ORG_A}
+    assert await search(tenant_db, ORG_A, vectors[0], platform=False, own=False) == []
+    # platform rows are written only in the platform's scope, never in an organization's
+    async with tenant_db.writing(ORG_A) as tenant:
+        assert (
+            await tenant._conn.execute(
+                "UPDATE knowledge_sources SET title = 'x' WHERE organization_id IS NULL"
+            )
+            == "UPDATE 0"
+        )
+    async with tenant_db.writing(PLATFORM) as tenant:
+        assert (
+            await tenant._conn.fetchval(
+                "SELECT count(*) FROM knowledge_sources WHERE organization_id IS NOT NULL"
+            )
+            == 0
+        )
+
+
+async def test_a_query_never_mixes_two_models_also_in_the_middle_of_a_switch(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    rng = np.random.default_rng(4)
+    vectors = unit(rng, 6)
+    source = await seed(admin, ORG_A, vectors, texts=[f"old {i}" for i in range(6)])
+    # step 1 of a switch: the same source embedded under the new model too
+    await seed(
+        admin,
+        ORG_A,
+        vectors,
+        model=OTHER_MODEL,
+        source_id=source,
+        texts=[f"new {i}" for i in range(6)],
+    )
+    before = await search(tenant_db, ORG_A, vectors[0])
+    assert len(before) == 6
+    assert all(h["text"].startswith("old") for h in before)
+    assert {h["embedding_model"] for h in before} == {DEFAULT_MODEL}
+    await admin.execute(  # step 3: the flip, one row
+        "INSERT INTO knowledge_settings (organization_id, active_embedding_model) VALUES ($1, $2)",
+        ORG_A,
+        OTHER_MODEL,
+    )
+    after = await search(tenant_db, ORG_A, vectors[0])
+    assert len(after) == 6
+    assert all(h["text"].startswith("new") for h in after)
+    # B still searches the platform's model
+    assert await search(tenant_db, ORG_B, vectors[0]) == []
+
+
+async def test_only_ready_sources_and_complete_models_are_searched(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    rng = np.random.default_rng(5)
+    vectors = unit(rng, 3)
+    await seed(admin, ORG_A, vectors[:1], status="pending")
+    await seed(admin, ORG_A, vectors[1:2], model_status="pending")
+    ready = await seed(admin, ORG_A, vectors[2:])
+    hits = await search(tenant_db, ORG_A, vectors[0], limit=10)
+    assert [h["source_id"] for h in hits] == [ready]
+
+
+async def test_the_sweep_fails_a_source_pending_over_an_hour_with_the_reason(
+    admin: asyncpg.Connection, tenants: None, database: Database
+) -> None:
+    rng = np.random.default_rng(6)
+    stale = await seed(admin, ORG_A, unit(rng, 2), status="pending", model_status="pending")
+    fresh = await seed(admin, ORG_B, unit(rng, 2), status="pending", model_status="pending")
+    await admin.execute(
+        "UPDATE knowledge_source_models SET chunks_stored = 1, pending_since = now() - interval"
+        " '61 minutes' WHERE source_id = $1",
+        stale,
+    )
+    await admin.execute(
+        "UPDATE knowledge_sources SET pending_since = now() - interval '61 minutes',"
+        " reply_to = 'replies', correlation_id = 'c-9' WHERE id = $1",
+        stale,
+    )
+    await admin.execute(
+        "UPDATE knowledge_sources SET pending_since = now() - interval '30 minutes' WHERE id = $1",
+        fresh,
+    )
+    conn = await asyncpg.connect(database.url)  # the runtime login
+    try:
+        # the database's floor: a caller cannot fail a source pending for less than an hour
+        swept = await store.sweep(conn, older_than=timedelta(seconds=1), batch=10)
+    finally:
+        await conn.close()
+    assert [(s.source_id, s.organization_id) for s in swept] == [(stale, ORG_A)]
+    assert swept[0].reply_to == "replies"
+    assert swept[0].correlation_id == "c-9"
+    assert "pending for more than an hour" in swept[0].reason
+    assert f"1 of 2 chunks stored under {DEFAULT_MODEL}" in swept[0].reason
+    rows = await admin.fetch(
+        "SELECT id, status, status_reason FROM knowledge_sources ORDER BY status"
+    )
+    states = {r["id"]: (r["status"], r["status_reason"]) for r in rows}
+    assert states[stale][0] == "failed"
+    assert "1 of 2 chunks" in states[stale][1]
+    assert states[fresh] == ("pending", None)
+
+
+async def test_an_object_backed_source_has_the_uri_boundary(
+    tenants: None, tenant_db: TenantDatabase
+) -> None:
+    identities: list[Any] = []
+    for scope in (ORG_A, ORG_A, ORG_B, PLATFORM, PLATFORM):
+        async with tenant_db.writing(scope) as tenant:
+            identities.append(
+                await store.accept(
+                    tenant,
+                    source_id=uuid.uuid4(),
+                    kind="s3",
+                    title="t",
+                    uri=None,
+                    object_key="bucket/shared/key.pdf",
+                    media_type="application/pdf",
+                    reply_to=None,
+                    correlation_id=None,
+                    upload_key="k",
+                )
+            )
+    (a1, g1), (a2, g2), (b, _), (p1, pg1), (p2, pg2) = identities
+    assert (a2, g1, g2) == (a1, 1, 2), "the same (organization, object key) is one source"
+    assert (p2, pg1, pg2) == (p1, 1, 2), "the platform has the same boundary"
+    assert len({a1, b, p1}) == 3
+
+
+async def test_the_plan_is_exact_for_a_small_tenant_and_hnsw_for_an_indexed_one(
+    admin: asyncpg.Connection, tenants: None, database: Database
+) -> None:
+    rng = np.random.default_rng(7)
+    small = unit(rng, 50)
+    # past the index threshold (docs/knowledge.md); clustered, as real embeddings are (uniform
+    # random vectors in 384 dimensions have no neighbourhoods for a graph index to follow)
+    centres = unit(rng, 200)
+    large = centres[rng.integers(0, 200, 10_000)] + 0.35 * unit(rng, 10_000)
+    large /= np.linalg.norm(large, axis=1, keepdims=True)
+    await seed(admin, ORG_A, small)
+    await seed(admin, ORG_B, large)
+    await admin.execute(indexes.create_sql(ORG_B, DEFAULT_MODEL, DIMS))
+    await admin.execute("ANALYZE knowledge_chunks")
+    plans = {
+        organization: await _plan(admin, organization, query)
+        for organization, query in [(ORG_A, small[0]), (ORG_B, large[0])]
+    }
+    assert indexes.index_name(ORG_B, DEFAULT_MODEL) in plans[ORG_B]
+    assert "knowledge_chunks_ann_" not in plans[ORG_A]
+    assert "knowledge_chunks_scope_idx" in plans[ORG_A]
+    # recall of the approximate plan against exact search, under the tenant filter
+    ids = {
+        r["ordinal"]: r["id"]
+        for r in await admin.fetch(
+            "SELECT ordinal, id FROM knowledge_chunks WHERE organization_id = $1", ORG_B
+        )
+    }
+    queries = large[rng.choice(len(large), 30, replace=False)] + 0.35 * unit(rng, 30)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    found = 0
+    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=1)
+    try:
+        db = TenantDatabase(pool)
+        for query in queries:
+            exact = {ids[int(i)] for i in np.argsort(-(large @ query))[:10]}
+            approximate = {h["chunk_id"] for h in await search(db, ORG_B, query, limit=10)}
+            found += len(exact & approximate)
+    finally:
+        await pool.close()
+    assert found / (10 * len(queries)) >= 0.95
+
+
+async def _plan(admin: asyncpg.Connection, organization: uuid.UUID, vector: np.ndarray) -> str:
+    """The plans knowledge_search ran, reported by auto_explain (nested statements)."""
+    notices: list[str] = []
+
+    def listen(_conn: Any, message: Any) -> None:
+        notices.append(str(message.message))
+
+    admin.add_log_listener(listen)
+    async with admin.transaction():
+        await admin.execute("LOAD 'auto_explain'")
+        await admin.execute(
+            "SET LOCAL auto_explain.log_min_duration = 0;"
+            " SET LOCAL auto_explain.log_nested_statements = on;"
+            " SET LOCAL auto_explain.log_level = notice"
+        )
+        await admin.execute(
+            "SELECT set_config('contextcore.organization_id', $1, true),"
+            " set_config('role', 'contextcore_app', true)",
+            str(organization),
+        )
+        await admin.fetch(
+            "SELECT * FROM knowledge_search($1, $2::vector, '', false, true, 10)",
+            organization,
+            store.vector_text(vector.tolist()),
+        )
+    await asyncio.sleep(0.2)  # asyncpg hands notices to listeners on later loop iterations
+    admin.remove_log_listener(listen)
+    return "\n".join(notices)

@@ -1,0 +1,123 @@
+"""Extraction and chunking: pure functions over real parsers and the model's own tokenizer."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer, chunk
+from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.extract import ExtractionError, Limits, Section, extract
+from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
+
+TOKENIZER = WordPieceTokenizer(default_model_path(DEFAULT_MODEL))
+WINDOW = ChunkSettings(max_tokens=256, overlap=32)
+
+
+def test_markdown_keeps_its_heading_path() -> None:
+    sections = extract(
+        b"# Guide\n\nIntro.\n\n## Install\n\nRun it.\n\n### On Debian\n\nUse apt.\n\n## Use\n\nGo.",
+        "text/markdown",
+    )
+    assert [(s.path, s.paragraphs) for s in sections] == [
+        (("Guide",), ["Intro."]),
+        (("Guide", "Install"), ["Run it."]),
+        (("Guide", "Install", "On Debian"), ["Use apt."]),
+        (("Guide", "Use"), ["Go."]),
+    ]
+
+
+def test_html_drops_scripts_and_follows_headings() -> None:
+    html = (
+        b"<html><head><title>t</title><script>evil()</script></head><body>"
+        b"<h1>Refunds</h1><p>Within <b>30</b> days.</p><ul><li>One</li><li>Two</li></ul>"
+        b"<h2>Late</h2><p>None.</p><style>p{}</style></body></html>"
+    )
+    sections = extract(html, "text/html; charset=utf-8")
+    assert [(s.path, s.paragraphs) for s in sections] == [
+        (("Refunds",), ["Within 30 days.", "One", "Two"]),
+        (("Refunds", "Late"), ["None."]),
+    ]
+
+
+def test_plain_text_paragraphs_and_control_characters() -> None:
+    sections = extract(b"first\x00 line\n\n\n second\tpara\r\n\r\nthird", "text/plain")
+    assert sections == [Section((), ["first line", "second para", "third"])]
+
+
+def test_pdf_pages_become_sections() -> None:
+    sections = extract(
+        text_pdf("Refunds take 30 days.", "Support is open weekdays."), "application/pdf"
+    )
+    assert [s.path for s in sections] == [("Page 1",), ("Page 2",)]
+    assert "Refunds take 30 days." in sections[0].paragraphs[0]
+
+
+@pytest.mark.parametrize(
+    ("data", "media_type", "reason"),
+    [
+        (b"\x89PNG\r\n", "image/png", "is not readable"),
+        (b"   \n\n  ", "text/plain", "no text"),
+        (b"\xff\xfe bad", "text/plain", "not UTF-8"),
+        (corrupt_pdf(), "application/pdf", "cannot be read"),
+        (encrypted_pdf(), "application/pdf", "encrypted"),
+        (b"x" * 20_000, "text/plain", "over the 10000-byte limit"),
+    ],
+)
+def test_what_cannot_become_text_fails_with_the_reason(
+    data: bytes, media_type: str, reason: str
+) -> None:
+    with pytest.raises(ExtractionError, match=reason):
+        extract(data, media_type, Limits(max_bytes=10_000))
+
+
+def test_a_decompression_bomb_stops_at_the_parser_limit() -> None:
+    with pytest.raises(ExtractionError, match=r"Limit reached while decompressing"):
+        extract(bomb_pdf(), "application/pdf")
+
+
+def test_the_text_limit_stops_extraction() -> None:
+    with pytest.raises(ExtractionError, match="100-character limit"):
+        extract(b"word " * 100, "text/plain", Limits(max_chars=100))
+
+
+def test_a_chunk_carries_its_section_and_never_crosses_it() -> None:
+    sections = [
+        Section(("Pricing",), ["Team costs 20 euros."]),
+        Section(("Refunds",), ["30 days."]),
+    ]
+    chunks = chunk("Handbook", sections, TOKENIZER, WINDOW)
+    assert [(c.ordinal, c.section, c.text) for c in chunks] == [
+        (0, "Handbook > Pricing", "Team costs 20 euros."),
+        (1, "Handbook > Refunds", "30 days."),
+    ]
+    assert chunks[0].embedded == "Handbook > Pricing\nTeam costs 20 euros."
+
+
+def test_long_text_is_cut_within_the_window_with_overlap() -> None:
+    paragraph = " ".join(f"sentence{i} about the refund policy." for i in range(400))
+    chunks = chunk("Doc", [Section(("Long",), [paragraph])], TOKENIZER, WINDOW)
+    assert len(chunks) > 3
+    assert all(c.tokens <= WINDOW.max_tokens for c in chunks)
+    for before, after in itertools.pairwise(chunks):
+        tail = before.text.split()[-5:]
+        assert " ".join(tail) in after.text, "consecutive windows overlap"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.text(min_size=1, max_size=400), min_size=1, max_size=6),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_chunking_is_deterministic_and_bounded(paragraphs: list[list[str]]) -> None:
+    sections = [Section((f"s{i}",), p) for i, p in enumerate(paragraphs)]
+    first = chunk("T", sections, TOKENIZER, WINDOW)
+    assert first == chunk("T", sections, TOKENIZER, WINDOW)
+    assert [c.ordinal for c in first] == list(range(len(first)))
+    assert all(c.tokens <= WINDOW.max_tokens for c in first)
