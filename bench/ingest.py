@@ -1,0 +1,188 @@
+"""Ingestion end to end against the model alone, on the same machine in the same run.
+
+    python -m bench.ingest [--documents 60] [--backend openvino]
+
+Uploads real documentation (git's HTML manual pages, package ``git-doc``, fetched by
+``bench.quality``) through the upload topic to a running upload consumer and embedding consumer
+(their own processes, on the embedded stack), timing from the first upload published to the
+last ``ready`` reply. Then, with the consumers stopped, the bench process encodes the very
+chunks the pipeline stored (section and text, as the embedding group embeds them) with the
+configured backend and with torch fp32, the encoder LangChain's and LlamaIndex's
+sentence-transformers integrations use.
+
+Printed: documents, chunks and passages per second of the pipeline; raw encode rates; the two
+ratios (pipeline / raw configured backend, target >= 0.95; pipeline / raw torch fp32, target
+>= 2.5); and the peak RSS of each consumer process (VmHWM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import asyncpg
+
+from bench.quality import CACHE, fetch
+from bench.seeded import drop, prepare
+from broker.settings import TopicSettings
+from broker.topics import ensure_topics, upload_topics
+from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.settings import KnowledgeSettings
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def start(consumer: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "consumers.cli", "serve", consumer],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith(f"{consumer} consumer ready".encode()):
+        raise RuntimeError(f"the {consumer} consumer did not start: {line!r}")
+    return process
+
+
+def documents(count: int) -> list[tuple[str, bytes]]:
+    pages = sorted((fetch() / "git-doc").glob("git-*.html"))[:count]
+    return [(page.stem, page.read_bytes()) for page in pages]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__)
+    parser.add_argument("--documents", type=int, default=60)
+    parser.add_argument("--backend", default="openvino")
+    parser.add_argument(
+        "--fetch-max-wait-ms",
+        type=int,
+        default=TANSU_FETCH_MAX_WAIT_MS,
+        help="the consumers' fetch wait (the dev stack's 2 ms polls Tansu 500 times a second)",
+    )
+    args = parser.parse_args()
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+    name = "bench_ingest"
+    seeded = await prepare(name, 0)
+    organization = uuid.uuid4()
+    admin = await asyncpg.connect(seeded.admin_url)
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'bench')", organization)
+    tag = uuid.uuid4().hex[:8]
+    topics = TopicSettings.model_construct(upload=f"bench.{tag}.upload", embed=f"bench.{tag}.embed")
+    bootstrap = seeded.stack.bootstrap_servers
+    await ensure_topics(bootstrap, upload_topics(topics))
+    reply_topic = f"bench.{tag}.reply"
+    from broker.topics import TopicSpec
+
+    await ensure_topics(bootstrap, [TopicSpec(reply_topic, 1)])
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")},
+        "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": str(args.fetch_max_wait_ms),
+        "CONTEXTCORE_DATABASE_URL": seeded.url,
+        "CONTEXTCORE_TOPIC_UPLOAD": topics.upload,
+        "CONTEXTCORE_TOPIC_EMBED": topics.embed,
+        "CONTEXTCORE_UPLOAD_GROUP_ID": f"bench-{tag}-upload",
+        "CONTEXTCORE_UPLOAD_METRICS_PORT": "0",
+        "CONTEXTCORE_EMBED_GROUP_ID": f"bench-{tag}-embed",
+        "CONTEXTCORE_EMBED_METRICS_PORT": "0",
+        "CONTEXTCORE_KNOWLEDGE_BACKEND": args.backend,
+        "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
+    }
+    docs = documents(args.documents)
+    print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of HTML")
+    upload = start("upload", env)
+    embed = start("embed", env)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    reader = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": TANSU_FETCH_MAX_WAIT_MS,
+        }
+    )
+    reader.assign([TopicPartition(reply_topic, 0, OFFSET_BEGINNING)])
+    try:
+        started = time.perf_counter()
+        for stem, html in docs:
+            message = {
+                "correlation_id": stem,
+                "reply_to": reply_topic,
+                "scope": "organization",
+                "organization_id": str(organization),
+                "title": stem,
+                "media_type": "text/html",
+                "idempotency_key": f"{tag}-{stem}",
+                "uri": f"git-doc://{stem}",
+                "content": {"text": html.decode()},
+            }
+            producer.produce(topics.upload, json.dumps(message).encode(), key=stem.encode())
+        producer.flush(60)
+        final: dict[str, str] = {}
+        deadline = time.monotonic() + 3_600
+        while len(final) < len(docs) and time.monotonic() < deadline:
+            record = reader.poll(0.2)
+            if record is None or record.error() is not None:
+                continue
+            status = json.loads(record.value() or b"{}")
+            if status["status"] in {"ready", "failed", "rejected"}:
+                final[status["correlation_id"]] = status["status"]
+        elapsed = time.perf_counter() - started
+        rss = {"upload": peak_rss_mb(upload.pid), "embed": peak_rss_mb(embed.pid)}
+    finally:
+        reader.close()
+        for process in (upload, embed):
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+    rows = await admin.fetch("SELECT section, text FROM knowledge_chunks ORDER BY id")
+    await admin.close()
+    texts = [f"{r['section']}\n{r['text']}" if r["section"] else r["text"] for r in rows]
+    ready = sum(1 for s in final.values() if s == "ready")
+    print(
+        f"pipeline: {ready}/{len(docs)} ready, {len(texts)} chunks in {elapsed:.1f} s: "
+        f"{len(docs) / elapsed:.2f} documents/s, {len(texts) / elapsed:.1f} chunks/s"
+    )
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    rates = {}
+    for backend in dict.fromkeys([args.backend, "torch"]):
+        encoder = SentenceTransformerEncoder(
+            DEFAULT_MODEL,
+            settings.path(),
+            backend=backend,
+            cache_dir=CACHE / "models",
+        )
+        encoder.encode(texts[:64])  # warm
+        begun = time.perf_counter()
+        for i in range(0, len(texts), 32):  # batches as the pipeline sends them
+            encoder.encode(texts[i : i + 32])
+        rates[backend] = len(texts) / (time.perf_counter() - begun)
+        print(f"raw encode, {backend} ({encoder.backend}): {rates[backend]:.1f} passages/s")
+    pipeline = len(texts) / elapsed
+    print(f"pipeline / raw {args.backend}: {pipeline / rates[args.backend]:.2f} (target >= 0.95)")
+    print(f"pipeline / raw torch fp32: {pipeline / rates['torch']:.2f} (target >= 2.5)")
+    print(
+        f"peak RSS: upload consumer {rss['upload']:.0f} MB, embedding consumer "
+        f"{rss['embed']:.0f} MB (target < 1,500 MB)"
+    )
+    await drop(seeded.stack, name)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

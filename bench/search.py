@@ -1,0 +1,183 @@
+"""knowledge_search at scale: p50/p99 and recall@10 for small and large tenants.
+
+    python -m bench.search [--chunks 100000] [--organizations 100] [--queries 200]
+
+Rows: 100,000 chunks (``--chunks 1000000`` for a million) over 100 organizations of Zipf-skewed
+sizes (s = 1.1: the largest holds ~19% of the rows, the smallest ~100). Vectors are real
+embeddings made dense: 4,000 passages of git's documentation (``git-doc``) are encoded by the
+default model once (cached), and each row is one of them plus a little Gaussian noise,
+re-normalised, so the rows keep the real embedding space's shape without 100,000 encodes.
+Queries are real questions (the FAQ sets of ``bench.quality``) embedded by the same model.
+
+The plan is production's: tenants at or above ``--threshold`` chunks (``contextcore-knowledge
+index``'s default, 5,000) get their partial HNSW index; the rest are searched exactly. Each
+query runs as the build consumer's knowledge source runs it: the runtime login enters the
+tenant's scope and calls ``knowledge_search`` (no query text: the vector path, which the
+lexical re-rank only reorders). Recall@10 is against exact cosine over the tenant's rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+
+import asyncpg
+import numpy as np
+
+from bench.quality import CACHE, fetch, sets
+from bench.seeded import drop, prepare
+from contextcore.knowledge import indexes, store
+from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.extract import extract
+from contextcore.knowledge.search import SEARCH
+from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.storage.tenancy import TenantDatabase
+
+
+def base_vectors(encoder: SentenceTransformerEncoder, count: int = 4_000) -> np.ndarray:
+    cached = CACHE / f"git-doc-passages-{count}.npy"
+    if cached.exists():
+        loaded: np.ndarray = np.load(cached)
+        return loaded
+    passages: list[str] = []
+    for page in sorted((fetch() / "git-doc").glob("*.html")):
+        for section in extract(page.read_bytes(), "text/html"):
+            passages += [p for p in section.paragraphs if len(p) > 40]
+        if len(passages) >= count:
+            break
+    vectors = np.asarray(encoder.encode(passages[:count]), dtype=np.float32)
+    np.save(cached, vectors)
+    return vectors
+
+
+def sizes(total: int, organizations: int) -> list[int]:
+    weights = 1 / np.arange(1, organizations + 1) ** 1.1
+    counts = np.maximum((weights / weights.sum() * total).astype(int), 1)
+    return [int(c) for c in counts]
+
+
+async def seed(admin: asyncpg.Connection, organization: uuid.UUID, vectors: np.ndarray) -> None:
+    source = uuid.uuid4()
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'b')", organization)
+    await admin.execute(
+        "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
+        " status, upload_key) VALUES ($1, $2, 'inline', 'docs', 'bench://docs', 'text/html',"
+        " 'ready', 'bench')",
+        source,
+        organization,
+    )
+    await admin.execute(
+        "INSERT INTO knowledge_source_models (organization_id, source_id, embedding_model,"
+        " generation, chunk_count, chunks_stored, status) VALUES ($1, $2, $3, 1, $4, $4,"
+        " 'ready')",
+        organization,
+        source,
+        DEFAULT_MODEL,
+        len(vectors),
+    )
+    for start in range(0, len(vectors), 2_000):
+        block = vectors[start : start + 2_000]
+        await admin.execute(
+            "INSERT INTO knowledge_chunks (organization_id, source_id, embedding_model,"
+            " generation, ordinal, text, tokens, embedding)"
+            " SELECT $1, $2, $3, 1, o, 'passage ' || o, 50, e::vector"
+            " FROM unnest($4::int[], $5::text[]) AS t(o, e)",
+            organization,
+            source,
+            DEFAULT_MODEL,
+            list(range(start, start + len(block))),
+            [store.vector_text(v.tolist()) for v in block],
+        )
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q))
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.search", description=__doc__)
+    parser.add_argument("--chunks", type=int, default=100_000)
+    parser.add_argument("--organizations", type=int, default=100)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--threshold", type=int, default=5_000)
+    parser.add_argument("--ef-search", type=int, default=200)
+    args = parser.parse_args()
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    encoder = SentenceTransformerEncoder(
+        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
+    )
+    base = base_vectors(encoder)
+    questions = [qa.question for faq in sets() for qa in faq.qas]
+    queries = np.asarray(encoder.encode(questions), dtype=np.float32)[: args.queries]
+    rng = np.random.default_rng(8)
+    counts = sizes(args.chunks, args.organizations)
+    name = "bench_search"
+    seeded = await prepare(name, 0)
+    try:
+        admin = await asyncpg.connect(seeded.admin_url)
+        tenants: list[tuple[uuid.UUID, np.ndarray]] = []
+        started = time.perf_counter()
+        try:
+            for count in counts:
+                rows = base[rng.integers(0, len(base), count)]
+                rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
+                rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+                organization = uuid.uuid4()
+                await seed(admin, organization, rows)
+                tenants.append((organization, rows))
+            print(
+                f"seeded {sum(counts):,} chunks over {len(counts)} organizations "
+                f"(largest {counts[0]:,}, smallest {counts[-1]:,}) in "
+                f"{time.perf_counter() - started:.0f} s"
+            )
+            started = time.perf_counter()
+            large = [t for t in tenants if len(t[1]) >= args.threshold]
+            for organization, _rows in large:
+                await admin.execute(indexes.create_sql(organization, DEFAULT_MODEL, 384))
+            await admin.execute("ANALYZE knowledge_chunks")
+            print(
+                f"{len(large)} tenants at or above {args.threshold:,} chunks indexed (HNSW) in "
+                f"{time.perf_counter() - started:.0f} s; the other {len(tenants) - len(large)}"
+                " are searched exactly"
+            )
+        finally:
+            await admin.close()
+        pool = await asyncpg.create_pool(seeded.url, min_size=1, max_size=1)
+        assert pool is not None
+        db = TenantDatabase(pool)
+        groups = {
+            "large (HNSW)": large,
+            "small (exact)": [t for t in tenants if len(t[1]) < args.threshold],
+        }
+        try:
+            for label, members in groups.items():
+                if not members:
+                    continue
+                latencies: list[float] = []
+                found = 0
+                for i, query in enumerate(queries):
+                    organization, rows = members[i % len(members)]
+                    text = store.vector_text(query.tolist())
+                    begun = time.perf_counter()
+                    async with db.scoped(organization) as tenant:
+                        hits = await tenant.fetch(
+                            SEARCH, text, "", False, True, 10, 40, 0.2, args.ef_search
+                        )
+                    latencies.append((time.perf_counter() - begun) * 1000)
+                    exact = set(np.argsort(-(rows @ query))[:10].tolist())
+                    found += len(exact & {h["ordinal"] for h in hits})
+                print(
+                    f"{label:14} {len(members):3} tenants: p50 {percentile(latencies, 50):.2f} ms"
+                    f"  p99 {percentile(latencies, 99):.2f} ms  recall@10 "
+                    f"{found / (10 * len(queries)):.3f}  ({len(queries)} queries)"
+                )
+        finally:
+            await pool.close()
+    finally:
+        await drop(seeded.stack, name)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
