@@ -9,7 +9,11 @@ COPY schemas ./schemas
 COPY broker ./broker
 COPY consumers ./consumers
 COPY producers ./producers
-RUN pip install --no-cache-dir . && useradd --system --uid 10001 contextcore
+# torch first, as its CPU build (PyPI's default wheel is the CUDA build, several GB)
+RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu \
+    && pip install --no-cache-dir . && useradd --system --uid 10001 contextcore
+# exported OpenVINO models are cached here (mount a volume to keep them across restarts)
+ENV CONTEXTCORE_KNOWLEDGE_CACHE_DIR=/tmp/contextcore-models HF_HUB_OFFLINE=1
 USER contextcore
-EXPOSE 9464
+EXPOSE 9464 9465 9466 9467
 CMD ["contextcore", "serve", "build"]

@@ -13,9 +13,9 @@ class EmbedSettings(ConsumerSettings):
 
     group_id: str = "contextcore-embed"
     metrics_port: int = Field(default=9466, ge=0, le=65535)
-    max_in_flight: int = Field(default=2, ge=1, le=64)
-    """Batches at once: the encoder takes one at a time (it uses every core); a second batch
-    overlaps its database write with the next encode."""
+    max_in_flight: int = Field(default=4, ge=1, le=64)
+    """Batches at once: the ones waiting while an encode runs are merged into the next encode
+    (up to 64 chunks), and a batch's database write overlaps the next encode."""
     handle_timeout_s: float = Field(default=120.0, gt=0)
     stuck_after_s: float = Field(default=300.0, gt=0)
     fetch_max_wait_ms: int | None = Field(default=100, ge=0, le=10_000)

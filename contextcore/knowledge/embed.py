@@ -1,19 +1,19 @@
 """One embedding batch: encode its chunks, then store them (the embedding group's work).
 
 The encode runs in a worker thread before the transaction, so a batch holds its per-model
-row's lock only while it inserts. :func:`~.store.store_batch` makes a redelivered batch insert
+row's lock only while it inserts; batches in flight at once share one encode
+(:class:`~.encoder.CoalescingEncoder`). :func:`~.store.store_batch` makes a redelivered batch insert
 nothing and a batch of a superseded generation change nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
 from contextcore.knowledge import store
-from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.encoder import CoalescingEncoder, Encoder
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 
 
@@ -36,7 +36,7 @@ class UnknownModel(LookupError):
 class Embedder:
     def __init__(self, database: TenantDatabase, encoders: Sequence[Encoder]) -> None:
         self.database = database
-        self.encoders = {encoder.model: encoder for encoder in encoders}
+        self.encoders = {encoder.model: CoalescingEncoder(encoder) for encoder in encoders}
 
     async def embed(
         self,
@@ -49,7 +49,7 @@ class Embedder:
         encoder = self.encoders.get(model)
         if encoder is None:
             raise UnknownModel(f"this process embeds with {sorted(self.encoders)}, not {model!r}")
-        vectors = await asyncio.to_thread(encoder.encode, [p.embedded for p in passages])
+        vectors = await encoder.encode([p.embedded for p in passages])
         chunks = [
             store.StoredChunk(p.ordinal, p.section, p.text, p.tokens, vector)
             for p, vector in zip(passages, vectors, strict=True)

@@ -30,7 +30,8 @@ from tests.integration.test_poison_records import json_values, text_of
 pytestmark = pytest.mark.integration
 
 ORG = uuid.UUID("6f1c2a3b-0000-4000-8000-0000000000f1")
-SETTLED_CAUSES = {"not_json", "too_deep", "invalid", "out_of_range", "lone_surrogate", "nan"}
+UNSETTLED = {"gave_up", "retry_refused"}
+"""Dead-letter causes of a record that failed in a way worth retrying: none may occur."""
 
 
 def upload(correlation_id: str, reply_to: str) -> dict[str, Any]:
@@ -155,7 +156,7 @@ async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
         config.bootstrap, dead_letter_topic(config.topics.upload), until=len(sent) - len(answered)
     )
     parked = {(letter["partition"], letter["offset"]) for letter in letters}
-    assert {letter["cause"] for letter in letters} <= SETTLED_CAUSES
+    assert not {letter["cause"] for letter in letters} & UNSETTLED
     for cid, position in sent.items():
         assert cid in answered or position in parked, (cid, position)
     for cid in answered:  # a document that cannot be read fails its source, with the reason

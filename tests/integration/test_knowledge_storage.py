@@ -16,7 +16,7 @@ from contextcore.knowledge import indexes, store
 from contextcore.knowledge.encoder import DEFAULT_MODEL
 from contextcore.knowledge.search import SEARCH
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
-from tests.integration.conftest import Database
+from tests.integration.conftest import Config, Database
 
 pytestmark = pytest.mark.integration
 
@@ -416,3 +416,48 @@ async def _plan(admin: asyncpg.Connection, organization: uuid.UUID, vector: np.n
     await asyncio.sleep(0.2)  # asyncpg hands notices to listeners on later loop iterations
     admin.remove_log_listener(listen)
     return "\n".join(notices)
+
+
+async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
+    admin: asyncpg.Connection, tenants: None, database: Database, config: Config
+) -> None:
+    from consumers.runtime.kafka import AiokafkaPublisher
+    from consumers.sweep.app import Sweeper, SweepSettings
+    from contextcore.settings import DatabaseSettings
+    from tests.integration.helpers import read_json
+
+    rng = np.random.default_rng(9)
+    stale = await seed(admin, ORG_A, unit(rng, 2), status="pending", model_status="pending")
+    reply_to = config.reply_topic("swept")
+    await admin.execute(
+        "UPDATE knowledge_sources SET pending_since = now() - interval '2 hours', reply_to = $2,"
+        " correlation_id = 'upload-7' WHERE id = $1",
+        stale,
+        reply_to,
+    )
+    await admin.execute(
+        "UPDATE knowledge_source_models SET pending_since = now() - interval '2 hours'"
+        " WHERE source_id = $1",
+        stale,
+    )
+    publisher = AiokafkaPublisher(config.kafka, client_id="test-sweep")
+    await publisher.start()
+    try:
+        from broker.topics import TopicSpec, ensure_topics
+
+        await ensure_topics(config.bootstrap, [TopicSpec(reply_to, 1)])
+        sweeper = Sweeper(
+            SweepSettings(metrics_port=0),
+            DatabaseSettings.model_construct(url=database.url),
+            publisher,
+        )
+        swept = await sweeper.sweep_once()
+        assert [s.source_id for s in swept] == [stale]
+        assert await sweeper.sweep_once() == [], "a failed source is not swept twice"
+    finally:
+        await publisher.stop()
+    [reply] = await read_json(config.bootstrap, reply_to, until=1)
+    assert reply["correlation_id"] == "upload-7"
+    assert reply["status"] == "failed"
+    assert "0 of 2 chunks stored" in reply["reason"]
+    assert sweeper.registry.get_sample_value("contextcore_knowledge_sources_swept_total") == 1
