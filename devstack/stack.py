@@ -350,7 +350,10 @@ class DevStack:
                 "-l",
                 str(self.pg_log),
                 "-o",
-                f"-h 127.0.0.1 -p {port} -k {self.pg_socket_dir} -c fsync=off",
+                # shared_buffers: PostgreSQL's 128 MB default holds 75,000 chunks of 384
+                # floats, so a search of 100,000 read its pages from the OS (bench/search.py)
+                f"-h 127.0.0.1 -p {port} -k {self.pg_socket_dir} -c fsync=off"
+                " -c shared_buffers=512MB",
             )
         except subprocess.CalledProcessError as error:
             raise InfrastructureUnavailable(

@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     scoped(steps.add_parser("flip")).add_argument("--apply", action="store_true")
     scoped(steps.add_parser("clean")).add_argument("--apply", action="store_true")
     index = commands.add_parser("index", help="per-tenant HNSW indexes (schema owner)")
-    index.add_argument("--min-chunks", type=int, default=5_000)
+    index.add_argument("--min-chunks", type=int, default=2_000)
     index.add_argument("--apply", action="store_true")
     args = parser.parse_args(argv)
 

@@ -461,3 +461,27 @@ async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
     assert reply["status"] == "failed"
     assert "0 of 2 chunks stored" in reply["reason"]
     assert sweeper.registry.get_sample_value("contextcore_knowledge_sources_swept_total") == 1
+
+
+async def test_a_search_changes_no_setting_of_the_caller_transaction(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    rng = np.random.default_rng(10)
+    vectors = unit(rng, 3)
+    await seed(admin, ORG_A, vectors)
+    async with tenant_db.scoped(ORG_A) as tenant:
+        before = await tenant._conn.fetchrow(
+            "SELECT current_setting('enable_sort') AS sort,"
+            " current_setting('hnsw.ef_search', true) AS ef"
+        )
+        hits = await tenant.fetch(
+            SEARCH, store.vector_text(vectors[0].tolist()), "x", False, True, 5, 40, 0.2, 300
+        )
+        after = await tenant._conn.fetchrow(
+            "SELECT current_setting('enable_sort') AS sort,"
+            " current_setting('hnsw.ef_search', true) AS ef"
+        )
+    assert len(hits) == 3
+    assert before is not None
+    assert after is not None
+    assert (after["sort"], after["ef"]) == ("on", before["ef"] or "40")
