@@ -8,6 +8,8 @@ window of the model that embeds it and a query is embedded by the model its chun
 from __future__ import annotations
 
 import functools
+import logging
+import tempfile
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,11 +20,14 @@ from contextcore.knowledge.encoder import (
     DEFAULT_MODEL,
     Backend,
     Encoder,
+    OpenVinoQueryEncoder,
     SentenceTransformerEncoder,
     SharedEncoder,
     default_model_path,
 )
 from contextcore.knowledge.ingest import ModelText
+
+log = logging.getLogger("contextcore.knowledge")
 
 
 class ExtraModel(BaseModel):
@@ -51,7 +56,7 @@ class KnowledgeSettings(BaseSettings):
     backend: Backend = "openvino"
     """``openvino`` (the fastest here at equal quality: docs/knowledge.md), ``onnx`` or
     ``torch``; a backend that cannot load falls back to torch."""
-    cache_dir: Path | None = None
+    cache_dir: Path = Path(tempfile.gettempdir()) / "contextcore-models"
     """Where exported OpenVINO/ONNX models are kept, so a restart does not export again."""
     encode_batch_size: int = Field(default=32, ge=1, le=1024)
     threads: int | None = Field(default=None, ge=1, le=256)
@@ -88,6 +93,27 @@ class KnowledgeSettings(BaseSettings):
             threads=self.threads,
         )
 
+    def load_query_encoder(self, model: str | None = None) -> Encoder:
+        """The encoder of a process that embeds queries only (the build consumer): on the
+        OpenVINO runtime alone when the backend is ``openvino``, else (or when that cannot
+        load) the full encoder.
+
+        Raises:
+            KeyError: this process does not know ``model``.
+        """
+        name = model or self.model
+        path, window = self.models()[name]
+        if self.backend == "openvino":
+            try:
+                return OpenVinoQueryEncoder(name, path, self.cache_dir, max_tokens=window)
+            except Exception as error:  # the export or the runtime failed: the full encoder
+                log.warning(
+                    "the light OpenVINO query encoder cannot load (%s: %s); loading the full one",
+                    type(error).__name__,
+                    str(error)[:300],
+                )
+        return self.load_encoder(name)
+
     def model_text(self) -> functools.partial[ModelText | None]:
         """How this process cuts text, by model name (``None`` for a model it does not know)."""
         windows = {
@@ -100,10 +126,11 @@ class KnowledgeSettings(BaseSettings):
 class Encoders:
     """The process's encoders by model name, each loaded on first use (one per model)."""
 
-    def __init__(self, settings: KnowledgeSettings) -> None:
+    def __init__(self, settings: KnowledgeSettings, *, queries_only: bool = True) -> None:
+        """``queries_only``: the light encoder where it can load (the build consumer)."""
+        load = settings.load_query_encoder if queries_only else settings.load_encoder
         self._shared = {
-            name: SharedEncoder(functools.partial(settings.load_encoder, name))
-            for name in settings.models()
+            name: SharedEncoder(functools.partial(load, name)) for name in settings.models()
         }
 
     def known(self, model: str) -> bool:

@@ -16,9 +16,10 @@ import pytest
 from broker.topics import upload_topics
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.search import KnowledgeContextSource
-from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from contextcore.storage.tenancy import TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient, UploadFailed
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
 from tests.integration.conftest import Config, StartConsumer
@@ -282,3 +283,53 @@ async def test_a_consumer_killed_mid_document_leaves_no_duplicate_and_the_docume
     )
     assert counts is not None
     assert (counts["chunks"], counts["ordinals"]) == (120, 120)
+
+
+async def test_a_brief_cites_the_chunks_of_the_tenant_and_of_the_platform_only(
+    pipeline: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    """The build consumer embeds the query itself (the light OpenVINO encoder), and the brief
+    holds A's chunk and the platform's, never B's."""
+    await start_consumer(pipeline)  # the build consumer
+    async with KnowledgeClient(
+        bootstrap_servers=pipeline.bootstrap,
+        upload_topic=pipeline.topics.upload,
+        reply_topic_prefix=pipeline.topics.reply_prefix,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    ) as client:
+        for organization, text in [
+            (ORG_A, "# A\n\n## Refunds\n\nA refunds within 30 days of purchase."),
+            (ORG_B, "# B\n\n## Refunds\n\nB refunds within 90 days of purchase."),
+            (None, "# Platform\n\n## Refunds\n\nThe platform explains what a refund is."),
+        ]:
+            await client.upload(
+                organization_id=organization,
+                title="Policy",
+                media_type="text/markdown",
+                uri="docs://policy",
+                content=text,
+            )
+    policy = ContextPolicy(
+        total_token_budget=1_500,
+        sources=[
+            ContextSourceSpec(
+                name="knowledge",
+                token_budget=1_500,
+                limit=8,
+                options={"include_platform": True, "include_organization": True},
+            )
+        ],
+    )
+    async with ContextClient.from_settings(pipeline.kafka, pipeline.topics) as builds:
+        brief = await builds.build(
+            knowledge_request(ORG_A, "how long do I have to ask for a refund?"), policy, timeout=60
+        )
+    assert "A refunds within 30 days" in brief.text
+    assert "The platform explains" in brief.text
+    assert "B refunds" not in brief.text
+    cited = {ref.id for ref in brief.items if ref.kind == "knowledge_chunk"}
+    owners = await admin.fetch(
+        "SELECT DISTINCT organization_id FROM knowledge_chunks WHERE id = ANY($1::bigint[])",
+        [int(i) for i in cited],
+    )
+    assert {r["organization_id"] for r in owners} == {ORG_A, None}

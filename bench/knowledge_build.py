@@ -1,0 +1,152 @@
+"""Builds that read knowledge, through a running build consumer: latency and the consumer's RSS.
+
+    python -m bench.knowledge_build [--chunks 5000] [--builds 200]
+
+One organization with ``--chunks`` chunks (real-derived vectors, as ``bench.search``) and its
+partial HNSW index; a build consumer in its own process (the query encoder it loads is the light
+OpenVINO one); builds with the knowledge source alone (both scopes, limit 8, 1,500 tokens), one
+at a time, each with a real FAQ question. Printed: the round trip p50/p99 (publish to reply,
+the query's encode included) and the build consumer's peak RSS (VmHWM; target < 300 MB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import asyncpg
+import numpy as np
+
+from bench.ingest import peak_rss_mb
+from bench.quality import CACHE, sets
+from bench.search import base_vectors, seed
+from bench.seeded import drop, prepare
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import build_topics, ensure_topics
+from contextcore.knowledge import indexes
+from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from producers.client import ContextClient
+
+POLICY = ContextPolicy(
+    total_token_budget=1_500,
+    sources=[
+        ContextSourceSpec(
+            name="knowledge",
+            token_budget=1_500,
+            limit=8,
+            options={"include_platform": True, "include_organization": True},
+        )
+    ],
+)
+
+
+def start_build(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    consumer = subprocess.Popen(
+        [sys.executable, "-m", "consumers.cli", "serve", "build"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert consumer.stdout is not None
+    line = consumer.stdout.readline()
+    if not line.startswith(b"build consumer ready"):
+        raise RuntimeError(f"the build consumer did not start: {line!r}")
+    return consumer
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.knowledge_build", description=__doc__)
+    parser.add_argument("--chunks", type=int, default=5_000)
+    parser.add_argument("--builds", type=int, default=200)
+    args = parser.parse_args()
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    encoder = SentenceTransformerEncoder(
+        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
+    )
+    base = base_vectors(encoder)
+    questions = [qa.question for faq in sets() for qa in faq.qas]
+    del encoder
+    name = "bench_knowledge_build"
+    seeded = await prepare(name, 0)
+    organization = uuid.uuid4()
+    rng = np.random.default_rng(3)
+    rows = base[rng.integers(0, len(base), args.chunks)]
+    rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    admin = await asyncpg.connect(seeded.admin_url)
+    try:
+        await seed(admin, organization, rows)
+        await admin.execute(indexes.create_sql(organization, DEFAULT_MODEL, 384))
+        await admin.execute("ANALYZE knowledge_chunks")
+    finally:
+        await admin.close()
+    tag = uuid.uuid4().hex[:8]
+    topics = TopicSettings.model_construct(
+        build_request=f"bench.{tag}.build", reply_prefix=f"bench.{tag}.reply"
+    )
+    bootstrap = seeded.stack.bootstrap_servers
+    await ensure_topics(bootstrap, build_topics(topics))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")},
+        "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+        "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": str(TANSU_FETCH_MAX_WAIT_MS),
+        "CONTEXTCORE_DATABASE_URL": seeded.url,
+        "CONTEXTCORE_TOPIC_BUILD_REQUEST": topics.build_request,
+        "CONTEXTCORE_BUILD_GROUP_ID": f"bench-{tag}",
+        "CONTEXTCORE_BUILD_METRICS_PORT": "0",
+        "CONTEXTCORE_BUILD_PRELOAD_ENCODER": "true",
+        "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
+    }
+    consumer = start_build(env)
+    print(f"build consumer ready, RSS {peak_rss_mb(consumer.pid):.0f} MB with the encoder loaded")
+    kafka = KafkaSettings.model_construct(
+        bootstrap_servers=bootstrap, fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS
+    )
+    latencies = []
+    items = 0
+    try:
+        async with ContextClient.from_settings(kafka, topics) as client:
+            for i in range(args.builds):
+                request = ContextRequest(
+                    subject=ContextSubject(
+                        organization_id=organization,
+                        user_id=None,
+                        definition_id=None,
+                        trigger_id=None,
+                    ),
+                    query=questions[i % len(questions)],
+                    entities=(),
+                )
+                started = time.perf_counter()
+                brief = await client.build(request, POLICY, timeout=30)
+                latencies.append((time.perf_counter() - started) * 1000)
+                items += len(brief.items)
+        rss = peak_rss_mb(consumer.pid)
+    finally:
+        consumer.send_signal(signal.SIGTERM)
+        _, err = consumer.communicate(timeout=60)
+        await drop(seeded.stack, name)
+    light = b"light OpenVINO query encoder cannot load" not in err
+    warm = latencies[10:]
+    print(
+        f"{args.builds} knowledge builds over {args.chunks:,} chunks: p50 "
+        f"{np.percentile(warm, 50):.1f} ms  p99 {np.percentile(warm, 99):.1f} ms"
+        f" (after 10 warm-up), {items / args.builds:.1f} chunks per brief"
+    )
+    print(
+        f"build consumer peak RSS {rss:.0f} MB (target < 300 MB); query encoder: "
+        f"{'OpenVINO runtime alone' if light else 'the full sentence-transformers stack'}"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,31 @@
+"""The light query encoder (OpenVINO runtime, no torch) embeds as sentence-transformers does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder, OpenVinoQueryEncoder
+from contextcore.knowledge.settings import KnowledgeSettings
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [
+    "how do I get a refund?",
+    "Handbook > Refunds\nA customer may cancel within 30 days and receive a full refund.",
+    "word " * 400,  # past the window: both cut it at 256 word pieces
+    "Ünïcödé, 中文, emoji 🙂",
+]
+
+
+def test_the_light_query_encoder_equals_the_full_one(encoder: Encoder, model_cache: Path) -> None:
+    path = KnowledgeSettings.model_construct().path()
+    light = OpenVinoQueryEncoder(DEFAULT_MODEL, path, model_cache)
+    assert (light.model, light.dimensions) == (encoder.model, encoder.dimensions)
+    full = np.asarray(encoder.encode(TEXTS))
+    ours = np.asarray(light.encode(TEXTS))
+    assert (full * ours).sum(axis=1).min() > 0.9999
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+    assert light.encode([]) == []
