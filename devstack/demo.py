@@ -2,9 +2,10 @@
 
 Starts (or reuses) the embedded broker and PostgreSQL unless the addresses are set, provisions
 the two credentials, applies the schema as the owner, seeds the demo organization as the
-administrator (standing in for the application that owns those rows), starts the build
-consumer as its own process with the runtime login, sends one build request that reads all
-five sources, and prints the brief and the reply.
+administrator (standing in for the application that owns those rows), starts the build, upload
+and embedding consumers as their own processes with the runtime login, uploads two documents
+(one of the organization's, one of the platform's) and waits until they are ready, sends one
+build request that reads all six sources, and prints the brief and the reply.
 
 With ``CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS`` set, nothing embedded starts; the database URLs
 (``CONTEXTCORE_DATABASE_URL``, ``_OWNER_URL`` and ``_ADMIN_URL``) must then be set too.
@@ -29,17 +30,42 @@ from contextcore.storage.provision import Login, provision
 from devstack import demo_seed
 from devstack.stack import DevStack
 from producers.client import ContextClient
+from producers.knowledge import KnowledgeClient
 
 DEMO_POLICY = {
-    "total_token_budget": 1200,
+    "total_token_budget": 1500,
     "sources": [
         {"name": "conversation", "token_budget": 300},
         {"name": "application", "token_budget": 400, "required": True},
         {"name": "dossier", "token_budget": 250, "options": {"include_user": True}},
         {"name": "definition_summary", "token_budget": 100},
         {"name": "run_history", "token_budget": 150},
+        {
+            "name": "knowledge",
+            "token_budget": 300,
+            "limit": 3,
+            "options": {"include_platform": True, "include_organization": True},
+        },
     ],
 }
+
+DOCUMENTS = [
+    (
+        "organization",
+        "Acme account handbook",
+        "docs://acme/handbook",
+        "# Acme account handbook\n\n## Calls\n\nAda prefers calls on Tuesday mornings and "
+        "wants the agenda by email the day before.\n\n## Renewal\n\nThe renewal needs the "
+        "procurement team's sign-off; start it 60 days before the contract ends.\n",
+    ),
+    (
+        "platform",
+        "CRM basics",
+        "docs://platform/crm-basics",
+        "# CRM basics\n\n## Lifecycle\n\nA company's lifecycle stage says how far it is "
+        "from lead to customer: lead, opportunity, customer, churned.\n",
+    ),
+]
 
 
 def runtime_environ(env: dict[str, str]) -> dict[str, str]:
@@ -73,11 +99,28 @@ async def run_demo(serve: bool) -> int:
         await demo_seed.seed_demo(seeder)
     finally:
         await seeder.close()
-    print("== starting the build consumer (as the runtime login)")
-    consumer = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "consumers.cli", "serve", "build", env=runtime_environ(env)
-    )
+    print("== starting the build, upload and embedding consumers (as the runtime login)")
+    consumers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "consumers.cli", "serve", name, env=runtime_environ(env)
+        )
+        for name in ("build", "upload", "embed")
+    ]
+    consumer = consumers[0]
     try:
+        print("== uploading two documents and waiting until they are searchable")
+        async with KnowledgeClient.from_settings(KafkaSettings(), TopicSettings()) as uploads:
+            for scope, title, uri, text in DOCUMENTS:
+                status = await uploads.upload(
+                    organization_id=demo_seed.ORGANIZATION if scope == "organization" else None,
+                    title=title,
+                    media_type="text/markdown",
+                    uri=uri,
+                    content=text,
+                    idempotency_key=f"demo:{uri}:v1",
+                    timeout=300.0,
+                )
+                print(f"{title} ({scope}): {status.status}, {status.chunks} chunk(s)")
         request = ContextRequest(
             subject=ContextSubject(
                 organization_id=demo_seed.ORGANIZATION,
@@ -107,6 +150,8 @@ async def run_demo(serve: bool) -> int:
             await consumer.wait()
         return 0 if reply.status == "ok" else 1
     finally:
-        if consumer.returncode is None:
-            consumer.send_signal(signal.SIGTERM)
-        await asyncio.wait_for(consumer.wait(), 30)
+        for process in consumers:
+            if process.returncode is None:
+                process.send_signal(signal.SIGTERM)
+        for process in consumers:
+            await asyncio.wait_for(process.wait(), 30)

@@ -78,7 +78,8 @@ def create_app(
                     on_source_failure=build_metrics.source_failure_hook(),
                 )
                 if build.preload_encoder:
-                    await encoders(knowledge.model)
+                    for model in knowledge.models():
+                        await encoders(model)
                 yield BuildHandler(registry, builder, build_metrics)
             finally:
                 await invalidator.stop()

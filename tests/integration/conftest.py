@@ -266,7 +266,10 @@ async def config(services: Services, database: Database, model_cache: Path) -> C
             embed=f"test.{tag}.embed",
             embed_partitions=4,
         ),
-        build=BuildSettings.model_construct(group_id=f"test-{tag}-build", metrics_port=0),
+        # the knowledge tests turn the encoder's preload on; the others spare its seconds
+        build=BuildSettings.model_construct(
+            group_id=f"test-{tag}-build", metrics_port=0, preload_encoder=False
+        ),
         database=DatabaseSettings.model_construct(url=database.url),
         upload=UploadSettings.model_construct(group_id=f"test-{tag}-upload", metrics_port=0),
         embed=EmbedSettings.model_construct(group_id=f"test-{tag}-embed", metrics_port=0),

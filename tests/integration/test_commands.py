@@ -23,8 +23,8 @@ async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple
     return process.returncode, out.decode(), err.decode()
 
 
-@pytest.mark.timeout(180)
-async def test_demo_applies_the_schema_starts_the_consumer_and_prints_the_reply(
+@pytest.mark.timeout(300)
+async def test_demo_applies_the_schema_starts_the_consumers_and_prints_the_reply(
     config: Config, empty_database: Database
 ) -> None:
     settings = config.with_(
@@ -32,8 +32,10 @@ async def test_demo_applies_the_schema_starts_the_consumer_and_prints_the_reply(
         url=empty_database.url,
         owner_url=empty_database.owner_url,
         admin_url=empty_database.admin_url,
+    ).with_("build", preload_encoder=True)
+    code, out, err = await run(
+        sys.executable, "-m", "devstack.cli", "demo", env=settings.environ(), timeout=280
     )
-    code, out, err = await run(sys.executable, "-m", "devstack.cli", "demo", env=settings.environ())
     assert code == 0, err
     assert "starting the embedded broker" not in out  # the addresses point elsewhere
     assert "applied 00001_foundation" in out
@@ -47,9 +49,13 @@ async def test_demo_applies_the_schema_starts_the_consumer_and_prints_the_reply(
         "## Company dossier",
         "## Agents, workflows and skills",
         "## Run history",
+        "## Knowledge",
     ):
         assert heading in text  # every source answered from the seeded demo rows
     assert "lifecycle_stage: customer" in text
+    assert "Acme account handbook (organization): ready, 2 chunk(s)" in out
+    assert "CRM basics (platform): ready, 1 chunk(s)" in out
+    assert "Tuesday mornings" in text  # the organization's document answers the question
     deal = {"kind": "crm.deal", "id": "00000000-0000-4000-8000-0000000000d1", "label": None}
     assert deal in reply["brief"]["items"]
 

@@ -290,7 +290,7 @@ async def test_a_brief_cites_the_chunks_of_the_tenant_and_of_the_platform_only(
 ) -> None:
     """The build consumer embeds the query itself (the light OpenVINO encoder), and the brief
     holds A's chunk and the platform's, never B's."""
-    await start_consumer(pipeline)  # the build consumer
+    await start_consumer(pipeline.with_("build", preload_encoder=True))
     async with KnowledgeClient(
         bootstrap_servers=pipeline.bootstrap,
         upload_topic=pipeline.topics.upload,
