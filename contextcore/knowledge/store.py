@@ -162,15 +162,33 @@ WHERE organization_id IS NOT DISTINCT FROM $1 AND id = $2 AND generation = $3
 EXPECT_CHUNKS = TenantQuery(
     "knowledge.expect_chunks",
     """
--- knowledge.expect_chunks: this generation has $5 chunks under model $4; none stored yet.
+-- knowledge.expect_chunks: generation $3 of the source has $5 chunks under model $4. A row of an
+-- older generation starts again; a row of this generation that is not ready (a redelivered
+-- command, a retried switch) keeps the count of what is already stored, so batches that find
+-- their chunks stored can still complete it. Nothing happens when the source has moved on to a
+-- later generation, and a row never goes back to an older one. Run after LOCK_MODEL_STATE, so
+-- the count sees every batch committed before it.
+WITH stored AS (
+    SELECT count(*)::integer AS n FROM knowledge_chunks
+    WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2 AND embedding_model = $4
+      AND generation = $3
+)
 INSERT INTO knowledge_source_models AS m (organization_id, source_id, embedding_model,
                                           generation, chunk_count, chunks_stored, status,
                                           pending_since)
-VALUES ($1, $2, $4, $3, $5, 0, 'pending', now())
+SELECT $1, $2, $4, $3, $5, stored.n,
+       CASE WHEN stored.n = $5 THEN 'ready' ELSE 'pending' END,
+       CASE WHEN stored.n = $5 THEN NULL ELSE now() END
+FROM stored
+WHERE EXISTS (SELECT 1 FROM knowledge_sources s
+              WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2
+                AND s.generation = $3)
 ON CONFLICT (source_id, embedding_model) DO UPDATE
-SET generation = EXCLUDED.generation, chunk_count = EXCLUDED.chunk_count, chunks_stored = 0,
-    status = 'pending', status_reason = NULL, pending_since = now(), updated_at = now()
-WHERE m.generation < EXCLUDED.generation OR m.status <> 'ready'
+SET generation = EXCLUDED.generation, chunk_count = EXCLUDED.chunk_count,
+    chunks_stored = EXCLUDED.chunks_stored, status = EXCLUDED.status, status_reason = NULL,
+    pending_since = EXCLUDED.pending_since, updated_at = now()
+WHERE m.generation < EXCLUDED.generation
+   OR (m.generation = EXCLUDED.generation AND m.status <> 'ready')
 """,
 )
 
@@ -373,6 +391,7 @@ async def expect_chunks(
     """This generation has ``counts[model]`` chunks under each model (a ready row of the same
     generation is left as it is)."""
     for model, count in counts.items():
+        await tenant.fetchrow(LOCK_MODEL_STATE, source_id, model)
         await tenant.execute(EXPECT_CHUNKS, source_id, generation, model, count)
 
 

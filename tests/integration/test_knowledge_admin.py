@@ -132,6 +132,26 @@ async def test_a_model_switch_runs_its_four_steps_in_order_and_never_mixes_model
             assert await models_searched(database, ORG_A) == {DEFAULT_MODEL}, "old one serves"
             await asyncio.sleep(0.5)
     assert "1 of 1 ready" in out
+    # the sweep failed the next model's row with its chunks stored (a dead embedder, say):
+    # preparing again completes it from what is stored, instead of waiting for batches that
+    # would insert nothing
+    await admin.execute(
+        "UPDATE knowledge_source_models SET status = 'failed', status_reason = 'swept',"
+        " chunks_stored = 1, pending_since = NULL WHERE embedding_model = $1",
+        COPY,
+    )
+    code, out = await command(running, "switch", "status", *scope)
+    assert (code, "0 of 1 ready" in out) == (1, True), out
+    code, out = await command(
+        running, "switch", "prepare", COPY, "--dimensions", "384", *scope, "--apply"
+    )
+    assert code == 0, out
+    async with asyncio.timeout(60):
+        while True:
+            code, out = await command(running, "switch", "status", *scope)
+            if code == 0:
+                break
+            await asyncio.sleep(0.5)
     assert await models_searched(database, ORG_A) == {DEFAULT_MODEL}, "not flipped yet"
     code, out = await command(running, "switch", "flip", *scope, "--apply")
     assert code == 0, out
