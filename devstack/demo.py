@@ -146,7 +146,7 @@ async def run_demo(serve: bool) -> int:
             print("==")
         print(json.dumps(reply.model_dump(mode="json"), indent=2))
         if serve:
-            print("== serving; Ctrl-C stops the consumer (`contextcore-dev down` stops the stack)")
+            print("== serving; Ctrl-C stops the consumers (`contextcore-dev down` stops the stack)")
             await consumer.wait()
         return 0 if reply.status == "ok" else 1
     finally:
