@@ -11,10 +11,8 @@ primary delivers.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics
@@ -22,7 +20,7 @@ from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import process_registry
-from consumers.runtime.app import Channel, ConsumerApp
+from consumers.runtime.app import Channel, ConsumerApp, lazy_app
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
@@ -106,13 +104,4 @@ def create_app(
     )
 
 
-@functools.cache
-def _app_from_environment() -> Any:
-    return create_app().app
-
-
-def __getattr__(name: str) -> Any:
-    """``app``, built once on first access, so importing this module reads no setting."""
-    if name == "app":
-        return _app_from_environment()
-    raise AttributeError(name)
+__getattr__ = lazy_app(create_app)

@@ -9,17 +9,15 @@ The model loads once at start-up (an OpenVINO export is cached under
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import embed_topics
 from consumers.embed.handler import EmbedHandler
 from consumers.embed.metrics import EmbedMetrics
 from consumers.embed.settings import EmbedSettings
-from consumers.runtime.app import Channel, ConsumerApp
+from consumers.runtime.app import Channel, ConsumerApp, lazy_app
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
@@ -80,13 +78,4 @@ def create_app(
     )
 
 
-@functools.cache
-def _app_from_environment() -> Any:
-    return create_app().app
-
-
-def __getattr__(name: str) -> Any:
-    """``app``, built once on first access, so importing this module reads no setting."""
-    if name == "app":
-        return _app_from_environment()
-    raise AttributeError(name)
+__getattr__ = lazy_app(create_app)

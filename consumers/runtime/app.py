@@ -249,3 +249,18 @@ class ConsumerApp:
             consumer.pause(*consumer.assignment())  # fetch nothing more while draining
         if self.delivery is not None:
             await self.delivery.close()
+
+
+def lazy_app(create: Callable[[], ConsumerApp]) -> Callable[[str], Any]:
+    """A consumer module's ``__getattr__``: ``app`` (for ``faststream run module:app``), built
+    from the environment once, on first access, so importing the module reads no setting."""
+    built: list[Any] = []
+
+    def module_attribute(name: str) -> Any:
+        if name != "app":
+            raise AttributeError(name)
+        if not built:
+            built.append(create().app)
+        return built[0]
+
+    return module_attribute

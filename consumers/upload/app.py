@@ -8,14 +8,12 @@ embedding group does the encoding.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import upload_topics
-from consumers.runtime.app import Channel, ConsumerApp
+from consumers.runtime.app import Channel, ConsumerApp, lazy_app
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
@@ -103,13 +101,4 @@ def create_app(
     )
 
 
-@functools.cache
-def _app_from_environment() -> Any:
-    return create_app().app
-
-
-def __getattr__(name: str) -> Any:
-    """``app``, built once on first access, so importing this module reads no setting."""
-    if name == "app":
-        return _app_from_environment()
-    raise AttributeError(name)
+__getattr__ = lazy_app(create_app)
