@@ -23,7 +23,7 @@ import uuid
 import asyncpg
 import numpy as np
 
-from bench.ingest import peak_rss_mb
+from bench.processes import peak_rss_mb
 from bench.quality import CACHE, sets
 from bench.search import base_vectors, seed
 from bench.seeded import drop, prepare

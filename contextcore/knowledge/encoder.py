@@ -9,7 +9,8 @@ fallback are the same model's (cosine to torch fp32 >= 0.9999 on our quality set
 model name does not change.
 
 Vectors are L2-normalised, so the cosine distance of pgvector ranks them as the model intends.
-sentence-transformers sorts each call's texts by length before batching (padding is waste).
+A call is cut into model batches by word pieces, not sentence-transformers' character sort
+(:mod:`~contextcore.knowledge.batching`: padding is waste).
 """
 
 from __future__ import annotations
@@ -26,11 +27,14 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from contextcore.errors import ConfigurationError
+from contextcore.knowledge.batching import least_padding
 
 log = logging.getLogger("contextcore.knowledge")
 
 Backend = Literal["openvino", "onnx", "torch"]
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+CALL_COST_TOKENS = 64
+"""What one more model call costs, in padded tokens (0 to 512 measured alike here)."""
 
 
 class Encoder(Protocol):
@@ -81,18 +85,30 @@ class SentenceTransformerEncoder:
         self.dimensions = dimensions
         self.max_seq_length = int(self._st.max_seq_length)
 
+    @property
+    def sentence_transformer(self) -> Any:
+        """The loaded ``SentenceTransformer`` itself (tests and benches compare against it)."""
+        return self._st
+
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
+        texts = list(texts)
+        pieces = self._st.tokenizer(texts, truncation=True, max_length=self.max_seq_length)
+        lengths = [len(ids) for ids in pieces["input_ids"]]
+        vectors: list[list[float]] = [[] for _ in texts]
         with self._lock:
-            vectors = self._st.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return [[float(x) for x in row] for row in vectors]
+            for batch in least_padding(lengths, self.batch_size, CALL_COST_TOKENS):
+                encoded = self._st.encode(
+                    [texts[i] for i in batch],
+                    batch_size=len(batch),
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+                for i, row in zip(batch, encoded, strict=True):
+                    vectors[i] = [float(x) for x in row]
+        return vectors
 
 
 def _load(

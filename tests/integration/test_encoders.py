@@ -1,4 +1,5 @@
-"""The light query encoder (OpenVINO runtime, no torch) embeds as sentence-transformers does."""
+"""Our encoders embed as sentence-transformers does: the light query encoder (OpenVINO runtime,
+no torch), and the full one, which cuts its own batches by word pieces."""
 
 from __future__ import annotations
 
@@ -7,7 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder, OpenVinoQueryEncoder
+from contextcore.knowledge.encoder import (
+    DEFAULT_MODEL,
+    Encoder,
+    OpenVinoQueryEncoder,
+    SentenceTransformerEncoder,
+)
 from contextcore.knowledge.settings import KnowledgeSettings
 
 pytestmark = pytest.mark.integration
@@ -29,3 +35,13 @@ def test_the_light_query_encoder_equals_the_full_one(encoder: Encoder, model_cac
     assert (full * ours).sum(axis=1).min() > 0.9999
     assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
     assert light.encode([]) == []
+
+
+def test_batches_cut_by_word_pieces_embed_as_sentence_transformers_does(encoder: Encoder) -> None:
+    assert isinstance(encoder, SentenceTransformerEncoder)
+    # mixed lengths in a shuffled order, more than one batch: the vectors come back in order
+    texts = [f"{'refund policy ' * (i * 7 % 150)}item {i}" for i in range(70)] + TEXTS
+    ours = np.asarray(encoder.encode(texts))
+    plain = encoder.sentence_transformer.encode(texts, batch_size=32, normalize_embeddings=True)
+    assert ours.shape == plain.shape
+    assert (ours * plain).sum(axis=1).min() > 0.9999

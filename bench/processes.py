@@ -1,0 +1,58 @@
+"""What a process cost: its peak RSS, and the CPU seconds of it and everything it started.
+
+Read from ``/proc`` (Linux), so the benches need nothing beyond the standard library to say
+where a run's CPU went.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's high-water resident set (VmHWM), in MB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()  # the name may hold spaces; fields from 3 on
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid``, its reaped children and its live descendants.
+
+    A child counts once: live, by its own times; after its parent reaps it, in the parent's
+    ``cutime``/``cstime`` (what PostgreSQL's exited backends leave behind).
+    """
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            parents[int(entry.name)] = int(fields[1])
+    total = 0.0
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        fields = _stat(current)
+        if fields is None:
+            continue
+        utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+        total += utime + stime + (cutime + cstime if current == pid else 0)
+        pending.extend(child for child, parent in parents.items() if parent == current)
+    return total / TICKS
+
+
+def machine_busy_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine since boot, summed over its cores."""
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / TICKS, sum(fields[:8]) / TICKS
