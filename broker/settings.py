@@ -64,5 +64,8 @@ class TopicSettings(BaseSettings):
     """Embedding batches: the upload consumer writes them, the embedding group reads them."""
     embed_partitions: int = Field(default=8, ge=1)
     """The embedding group's ceiling: one process per partition at most does work."""
+    memory_write: str = "contextcore.memory-write"
+    """``memory.remember`` / ``memory.forget`` calls, keyed by organization."""
+    memory_write_partitions: int = Field(default=4, ge=1)
     reply_prefix: str = "contextcore.reply"
     """Clients create an ephemeral reply topic ``<prefix>.<client id>`` and delete it on close."""

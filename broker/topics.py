@@ -55,9 +55,17 @@ def embed_topics(topics: TopicSettings) -> list[TopicSpec]:
     ]
 
 
+def memory_topics(topics: TopicSettings) -> list[TopicSpec]:
+    """The memory-write topic and its dead-letter topic."""
+    return [
+        TopicSpec(topics.memory_write, topics.memory_write_partitions),
+        TopicSpec(dead_letter_topic(topics.memory_write), 1),
+    ]
+
+
 def all_topics(topics: TopicSettings) -> list[TopicSpec]:
     """Every topic contextcore's consumers read or write (reply topics belong to clients)."""
-    return [*build_topics(topics), *upload_topics(topics)]
+    return [*build_topics(topics), *upload_topics(topics), *memory_topics(topics)]
 
 
 async def reach(start: Awaitable[None], bootstrap_servers: str, timeout_s: float) -> None:

@@ -1,6 +1,6 @@
 """``contextcore``: the consumers, and policy admission.
 
-    contextcore serve build|upload|embed|sweep   run a consumer until SIGTERM/SIGINT
+    contextcore serve build|memory|upload|embed|sweep  run a consumer until SIGTERM/SIGINT
     contextcore policy check FILE.json   admit a context policy as the build consumer would
 
 A missing setting or an unreachable broker or database prints one line and exits 2; a schema
@@ -43,6 +43,10 @@ def _serve(consumer: str) -> int:
         from consumers.embed.app import create_app as create_embed
 
         app = create_embed()
+    elif consumer == "memory":
+        from consumers.memory.app import create_app as create_memory
+
+        app = create_memory()
     else:
         from consumers.build.app import create_app as create_build
 
@@ -60,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run a consumer")
-    serve.add_argument("consumer", choices=["build", "upload", "embed", "sweep"])
+    serve.add_argument("consumer", choices=["build", "memory", "upload", "embed", "sweep"])
     policy = commands.add_parser("policy", help="check a context policy file")
     policy.add_argument("action", choices=["check"])
     policy.add_argument("file", type=Path)

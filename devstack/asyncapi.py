@@ -22,6 +22,8 @@ from consumers.build.app import create_app as build_app
 from consumers.build.settings import BuildSettings
 from consumers.embed.app import create_app as embed_app
 from consumers.embed.settings import EmbedSettings
+from consumers.memory.app import create_app as memory_app
+from consumers.memory.settings import MemorySettings
 from consumers.upload.app import create_app as upload_app
 from consumers.upload.settings import UploadSettings
 from contextcore.knowledge.settings import KnowledgeSettings
@@ -46,6 +48,7 @@ def documents() -> dict[str, str]:
         "embed.yaml": embed_app(
             EmbedSettings.model_construct(), kafka, topics, database, knowledge
         ),
+        "memory.yaml": memory_app(MemorySettings.model_construct(), kafka, topics, database),
     }
     documents = {}
     for name, consumer in apps.items():

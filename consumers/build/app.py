@@ -65,10 +65,13 @@ def create_app(
             try:
                 await invalidator.start()
                 encoders = Encoders(knowledge)
-                registry = process_registry(
-                    TenantDatabase(pool, role=database.role), cache, encoders=encoders
-                )
                 build_metrics = BuildMetrics.create(metrics.registry)
+                registry = process_registry(
+                    TenantDatabase(pool, role=database.role),
+                    cache,
+                    encoders=encoders,
+                    on_memory_drop=build_metrics.memory_drop_hook(),
+                )
                 builder = DefaultContextBuilder(
                     registry,
                     ContextPacker(),

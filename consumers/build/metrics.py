@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry, Counter
 class BuildMetrics:
     requests: Counter
     source_failures: Counter
+    memories_dropped: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> BuildMetrics:
@@ -28,7 +29,22 @@ class BuildMetrics:
                 ["source", "required"],
                 registry=registry,
             ),
+            memories_dropped=Counter(
+                "contextcore_memories_dropped_total",
+                "Memories the memory source read but kept out of the brief, by reason: "
+                "malformed_ref, unknown_kind, unresolved_ref (the tenant guard).",
+                ["reason"],
+                registry=registry,
+            ),
         )
+
+    def memory_drop_hook(self) -> Callable[[str], None]:
+        """A memory source ``on_drop`` hook that counts the drop (the source logs it)."""
+
+        def observe(reason: str) -> None:
+            self.memories_dropped.labels(reason=reason).inc()
+
+        return observe
 
     def source_failure_hook(self) -> Callable[[str, str, bool], None]:
         """A builder ``on_source_failure`` hook that counts the failure (the builder logs it)."""

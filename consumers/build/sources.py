@@ -14,6 +14,7 @@ from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource, Fact
 from contextcore.sources.dossier_cache import DossierCache
+from contextcore.sources.memory import DropReason, MemoryContextSource
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 
@@ -27,8 +28,9 @@ def process_registry(
     dossier_cache: DossierCache[list[Fact]] | None = None,
     *,
     encoders: Callable[[str], Awaitable[Encoder]] | None = None,
+    on_memory_drop: Callable[[DropReason], None] | None = None,
 ) -> ContextSourceRegistry:
-    """The six database sources; without a database (or, for knowledge, an encoder) they can
+    """The seven database sources; without a database (or, for knowledge, an encoder) they can
     be admitted but not read."""
     database = database or TenantDatabase(None)
     return ContextSourceRegistry(
@@ -39,5 +41,6 @@ def process_registry(
             DefinitionSummaryContextSource(database),
             RunHistoryContextSource(database),
             KnowledgeContextSource(database, encoders or _no_encoder),
+            MemoryContextSource(database, on_drop=on_memory_drop),
         ]
     )

@@ -35,6 +35,7 @@ from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics, build_topics, ensure_topics
 from consumers.build.settings import BuildSettings
 from consumers.embed.settings import EmbedSettings
+from consumers.memory.settings import MemorySettings
 from consumers.upload.settings import UploadSettings
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.settings import KnowledgeSettings
@@ -214,6 +215,7 @@ class Config:
     upload: UploadSettings
     embed: EmbedSettings
     knowledge: KnowledgeSettings
+    memory: MemorySettings
 
     @property
     def bootstrap(self) -> str:
@@ -244,6 +246,7 @@ class Config:
                 self.upload,
                 self.embed,
                 self.knowledge,
+                self.memory,
             ),
         }
 
@@ -265,6 +268,8 @@ async def config(services: Services, database: Database, model_cache: Path) -> C
             upload_partitions=2,
             embed=f"test.{tag}.embed",
             embed_partitions=4,
+            memory_write=f"test.{tag}.memory-write",
+            memory_write_partitions=2,
         ),
         # the knowledge tests turn the encoder's preload on; the others spare its seconds
         build=BuildSettings.model_construct(
@@ -274,6 +279,7 @@ async def config(services: Services, database: Database, model_cache: Path) -> C
         upload=UploadSettings.model_construct(group_id=f"test-{tag}-upload", metrics_port=0),
         embed=EmbedSettings.model_construct(group_id=f"test-{tag}-embed", metrics_port=0),
         knowledge=KnowledgeSettings.model_construct(cache_dir=model_cache),
+        memory=MemorySettings.model_construct(group_id=f"test-{tag}-memory", metrics_port=0),
     )
     await ensure_topics(services.bootstrap_servers, build_topics(config.topics))
     return config

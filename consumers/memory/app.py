@@ -1,0 +1,77 @@
+"""The memory consumer's FastStream application.
+
+    faststream run consumers.memory.app:app     (or: contextcore serve memory)
+
+Its own group on the memory-write topic: each ``memory.remember`` / ``memory.forget`` call is
+applied through :class:`~contextcore.memory.service.MemoryService` and answered on its reply
+topic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import memory_topics
+from consumers.memory.handler import MemoryHandler
+from consumers.memory.metrics import MemoryMetrics
+from consumers.memory.settings import MemorySettings
+from consumers.runtime.app import Channel, ConsumerApp, lazy_app
+from consumers.runtime.database import verified_pool
+from consumers.runtime.delivery import Publisher
+from consumers.runtime.metrics import RuntimeMetrics
+from contextcore.memory.service import MemoryService
+from contextcore.settings import DatabaseSettings
+from contextcore.storage.tenancy import TenantDatabase
+from schemas.memory import MemoryAnswerV1, MemoryWriteV1
+
+DESCRIPTION = (
+    "Agent memory writes: memory.remember and memory.forget calls of an agent definition. Each "
+    "is answered on its reply_to with its correlation_id: written (the new revision and what it "
+    "changed) or refused (a machine-readable reason). The same idempotency key twice is "
+    "answered the same and writes one row."
+)
+
+
+def create_app(
+    memory: MemorySettings | None = None,
+    kafka: KafkaSettings | None = None,
+    topics: TopicSettings | None = None,
+    database: DatabaseSettings | None = None,
+) -> ConsumerApp:
+    memory = memory or MemorySettings()
+    kafka = kafka or KafkaSettings()
+    topics = topics or TopicSettings()
+    database = database or DatabaseSettings()
+
+    @asynccontextmanager
+    async def open_handler(
+        metrics: RuntimeMetrics, _publisher: Publisher
+    ) -> AsyncIterator[MemoryHandler]:
+        async with verified_pool(database) as pool:
+            service = MemoryService(TenantDatabase(pool, role=database.role))
+            yield MemoryHandler(service, MemoryMetrics.create(metrics.registry))
+
+    return ConsumerApp(
+        name="memory",
+        topic=topics.memory_write,
+        description=DESCRIPTION,
+        payload=MemoryWriteV1,
+        publishes=[
+            Channel(
+                "{reply_to}",
+                "memory-answer",
+                "The answer to one memory write, on the topic the call named, with its "
+                "correlation_id.",
+                MemoryAnswerV1,
+            )
+        ],
+        settings=memory,
+        kafka=kafka,
+        topics=memory_topics(topics),
+        open_handler=open_handler,
+    )
+
+
+__getattr__ = lazy_app(create_app)

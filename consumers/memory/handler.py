@@ -1,0 +1,102 @@
+"""One memory write call, one answer.
+
+1. Decode and validate (``schemas.memory``, strict). Invalid input with a usable address is
+   answered ``refused`` / ``invalid_input`` with the reasons; without one it is dead-lettered.
+2. :class:`~contextcore.memory.service.MemoryService` applies it in one transaction with its
+   journal row, so a redelivered call is answered the same and writes nothing.
+3. The answer goes to ``reply_to`` with the ``correlation_id``. A writer that kept losing the
+   race for a chain's head is a bounded retry; so is a database that does not answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pydantic import ValidationError
+
+from consumers.memory.metrics import MemoryMetrics
+from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
+from contextcore.errors import validation_lines
+from contextcore.memory.models import Written
+from contextcore.memory.service import MemoryContention, MemoryService
+from schemas import wire
+from schemas.envelope import printable, reply_address
+from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, parse_memory_write
+
+
+class MemoryHandler:
+    def __init__(self, service: MemoryService, metrics: MemoryMetrics) -> None:
+        self.service = service
+        self.metrics = metrics
+
+    async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        with watch.stage("decode"):
+            call = self.decode(record.value)
+        if not isinstance(call, RememberV1 | ForgetV1):
+            return call
+        try:
+            with watch.stage("apply"):
+                if isinstance(call, RememberV1):
+                    answer = await self.service.remember(
+                        call.principal, call.memory, call.idempotency_key
+                    )
+                else:
+                    answer = await self.service.forget(
+                        call.principal, call.memory_id, call.idempotency_key
+                    )
+        except MemoryContention as error:
+            return Retry("contention", str(error))
+        if isinstance(answer, Written):
+            self.metrics.writes.labels(operation=call.action, outcome="written", reason="").inc()
+            self.metrics.changes.labels(change=answer.change).inc()
+        else:
+            self.metrics.writes.labels(
+                operation=call.action, outcome="refused", reason=answer.reason
+            ).inc()
+        return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
+
+    def decode(self, value: bytes | None) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
+        try:
+            data = wire.decode(value)
+        except wire.WireError as error:
+            address = wire.address_of(value)
+            if address is None:
+                return DeadLetter(error.cause, str(error))
+            return self._invalid(*address, "the call is not JSON this service accepts", [])
+        try:
+            return parse_memory_write(data)
+        except ValidationError as error:
+            lines = [printable(line) for line in validation_lines(error)]
+            address = reply_address(data)
+            if address is None:
+                return DeadLetter(
+                    "invalid",
+                    "invalid memory write without a usable reply_to/correlation_id: "
+                    + "; ".join(lines)[:2_000],
+                )
+            return self._invalid(*address, "the call is invalid", lines)
+
+    def _invalid(self, topic: str, correlation_id: str, message: str, lines: list[str]) -> Reply:
+        self.metrics.writes.labels(
+            operation="unknown", outcome="refused", reason="invalid_input"
+        ).inc()
+        answer = _refused(correlation_id, message, lines)
+        return _reply(topic, answer)
+
+
+def _refused(correlation_id: str, message: str, details: list[str]) -> MemoryAnswerV1:
+    return MemoryAnswerV1(
+        correlation_id=correlation_id,
+        status="refused",
+        reason="invalid_input",
+        message=printable(message)[:2_000],
+        details=[printable(line)[:2_000] for line in details[:50]],
+    )
+
+
+def _fallback(correlation_id: str) -> Callable[[str], MemoryAnswerV1]:
+    return lambda reason: _refused(correlation_id, reason, [])
+
+
+def _reply(topic: str, answer: MemoryAnswerV1) -> Reply:
+    return Reply(topic, answer.correlation_id, answer, fallback=_fallback(answer.correlation_id))

@@ -1,0 +1,153 @@
+"""``memory``: the live memories of the subject, newest first, each behind the tenant guard.
+
+* Filters (through the tenancy layer and again in SQL): the organization; the user chain rule
+  (organization memories, and the asking user's own user memories; a trigger has no user and
+  reads organization memories alone); the definition, except that a subject with no definition
+  (a front-door turn) reads every definition of the organization: the one filter it drops.
+* Order ``(created_at DESC, id DESC)``: the id breaks a timestamp tie, so the cap is
+  deterministic. ``spec.limit`` caps the database read; 0 reads nothing; ``None`` reads 20.
+* Old revisions and tombstones never come back: the read is of ``live_memories``.
+* The tenant guard (CLARIFICATIONS 9): a memory that names a subject keeps it only if the
+  subject resolves for this organization through the application resolvers, one query per ref
+  kind. A ref of a kind no resolver owns, another tenant's row, a deleted row or a row that
+  never existed drops the memory; so does a malformed stored ref, which costs only its own
+  memory (counted through ``on_drop`` and logged). No second query refills the answer.
+* A user memory is a ``personal_memory`` item, an organization memory a ``memory`` item
+  (CLARIFICATIONS 7), each with the memory's subject key, cited as ``memory:<id>``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from contextcore.memory.models import MemorySubjectRef, parse_stored_refs
+from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
+from contextcore.sources.application import PROJECTIONS
+from contextcore.sources.common import NoOptions, parse_uuid
+from contextcore.storage.tenancy import TenantDatabase, TenantQuery
+
+log = logging.getLogger("contextcore.sources.memory")
+
+DEFAULT_LIMIT = 20
+
+_LIVE = """
+SELECT id, scope, subject_key, text, subject_refs, created_at
+FROM live_memories
+WHERE organization_id = $1
+  AND (scope = 'organization' OR (scope = 'user' AND user_id = $2)){definition}
+ORDER BY created_at DESC, id DESC
+LIMIT $3
+"""
+# Two statements, not one with "$4 IS NULL OR definition_id = $4": a prepared statement turns
+# generic after five runs, and a generic plan could not choose the definition's index.
+LIVE_OF_DEFINITION = TenantQuery(
+    "memory.live_of_definition",
+    "-- memory.live_of_definition: the live memories of one definition, newest first; $2 the"
+    " user (null: a trigger, which reads organization scope only)"
+    + _LIVE.format(definition="\n  AND definition_id = $4"),
+)
+LIVE_OF_ORGANIZATION = TenantQuery(
+    "memory.live_of_organization",
+    "-- memory.live_of_organization: a subject with no definition (a front-door turn) reads"
+    " every definition's live memories, newest first; $2 as above" + _LIVE.format(definition=""),
+)
+
+DropReason = str
+"""``malformed_ref`` (a stored element the parser refuses), ``unknown_kind`` (no resolver owns
+it), ``unresolved_ref`` (not a row of this organization: another tenant's, deleted, missing)."""
+
+
+@dataclass(frozen=True)
+class _Row:
+    id: UUID
+    scope: str
+    subject_key: str
+    text: str
+    ref: MemorySubjectRef | None
+    created_at: datetime
+
+
+class MemoryContextSource:
+    name = "memory"
+    options_schema: type[BaseModel] = NoOptions
+
+    def __init__(
+        self, database: TenantDatabase, *, on_drop: Callable[[DropReason], None] | None = None
+    ) -> None:
+        self.database = database
+        self.on_drop = on_drop
+
+    async def retrieve(self, request: ContextRequest, spec: ContextSourceSpec) -> list[ContextItem]:
+        limit = DEFAULT_LIMIT if spec.limit is None else spec.limit
+        if limit == 0:
+            return []
+        subject = request.subject
+        async with self.database.scoped(subject.organization_id) as tenant:
+            if subject.definition_id is None:
+                records = await tenant.fetch(LIVE_OF_ORGANIZATION, subject.user_id, limit)
+            else:
+                records = await tenant.fetch(
+                    LIVE_OF_DEFINITION, subject.user_id, limit, subject.definition_id
+                )
+            rows: list[_Row] = []
+            for record in records:
+                refs, refused = parse_stored_refs(record["subject_refs"])
+                if refused or len(refs) > 1:  # V1 resolves one subject per memory
+                    self._drop("malformed_ref", record["id"])
+                    continue
+                rows.append(
+                    _Row(
+                        record["id"],
+                        record["scope"],
+                        record["subject_key"],
+                        record["text"],
+                        refs[0] if refs else None,
+                        record["created_at"],
+                    )
+                )
+            wanted: dict[str, set[UUID]] = {}
+            for row in rows:
+                if row.ref is None or row.ref.kind not in PROJECTIONS:
+                    continue
+                if (row_id := parse_uuid(row.ref.id)) is not None:
+                    wanted.setdefault(row.ref.kind, set()).add(row_id)
+            resolved: set[tuple[str, UUID]] = set()
+            for kind, ids in wanted.items():  # one query per kind, never one per memory
+                for found in await tenant.fetch(PROJECTIONS[kind].query, sorted(ids)):
+                    resolved.add((kind, found["id"]))
+        items: list[ContextItem] = []
+        for row in rows:
+            body_refs: list[ResourceRef] = []
+            if row.ref is not None:
+                if row.ref.kind not in PROJECTIONS:
+                    self._drop("unknown_kind", row.id)
+                    continue
+                row_id = parse_uuid(row.ref.id)
+                if row_id is None or (row.ref.kind, row_id) not in resolved:
+                    self._drop("unresolved_ref", row.id)
+                    continue
+                body_refs.append(ResourceRef(kind=row.ref.kind, id=str(row_id)))
+            items.append(
+                ContextItem(
+                    source=self.name,
+                    kind="personal_memory" if row.scope == "user" else "memory",
+                    title=row.subject_key.rsplit(":", 1)[-1],
+                    body=row.text,
+                    subject_key=row.subject_key,
+                    ref=ResourceRef(kind="memory", id=str(row.id)),
+                    body_refs=body_refs,
+                    recorded_at=row.created_at,
+                )
+            )
+        return items
+
+    def _drop(self, reason: DropReason, memory_id: UUID) -> None:
+        log.warning("memory %s dropped from the brief: %s", memory_id, reason)
+        if self.on_drop is not None:
+            self.on_drop(reason)

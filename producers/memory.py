@@ -1,0 +1,137 @@
+"""``MemoryClient``: ``memory.remember`` and ``memory.forget`` over the memory-write topic.
+
+Each call waits for its answer on the client's reply topic, matched by correlation id. A refusal
+is an answer (``status: refused`` with its reason), not an error: ``duplicate`` is the expected
+answer to re-observing unchanged text. Records are keyed by organization, so one tenant's calls
+keep their order on one partition. Delivery is at least once: the idempotency key (a fresh one
+per call unless given) makes a redelivered call answer the same and write nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from broker.settings import KafkaSettings, TopicSettings
+from contextcore.errors import DuplicateCorrelationId, ReplyTimeout
+from contextcore.memory.models import Invoker, MemoryCandidate
+from producers.client import ReplyChannel
+from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1
+
+log = logging.getLogger("contextcore.client")
+
+
+class MemoryClient(ReplyChannel):
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        memory_topic: str,
+        reply_topic_prefix: str = "contextcore.reply",
+        fetch_max_wait_ms: int = 500,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        super().__init__(
+            bootstrap_servers=bootstrap_servers,
+            reply_topic_prefix=reply_topic_prefix,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            connect_timeout_s=connect_timeout_s,
+        )
+        self.memory_topic = memory_topic
+        self._waiting: dict[str, asyncio.Future[MemoryAnswerV1]] = {}
+
+    @classmethod
+    def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> MemoryClient:
+        return cls(
+            bootstrap_servers=kafka.require_bootstrap_servers(),
+            memory_topic=topics.memory_write,
+            reply_topic_prefix=topics.reply_prefix,
+            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+            connect_timeout_s=kafka.connect_timeout_s,
+        )
+
+    def _on_reply(self, value: bytes, offset: int) -> None:
+        try:
+            answer = MemoryAnswerV1.model_validate_json(value)
+        except ValidationError:
+            log.warning("ignoring a malformed memory answer at offset %d", offset)
+            return
+        waiter = self._waiting.get(answer.correlation_id)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(answer)
+
+    def _cancel_waiters(self) -> None:
+        for waiter in self._waiting.values():
+            waiter.cancel()
+
+    async def remember(
+        self,
+        principal: Invoker,
+        memory: MemoryCandidate,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float = 30.0,
+    ) -> MemoryAnswerV1:
+        """Store ``memory`` for ``principal``: the new revision, or a refusal with its reason.
+
+        Raises:
+            ReplyTimeout: no answer within ``timeout`` seconds.
+        """
+        correlation_id = uuid.uuid4().hex
+        message = RememberV1(
+            action="remember",
+            correlation_id=correlation_id,
+            reply_to=self.reply_topic,
+            idempotency_key=idempotency_key or correlation_id,
+            principal=principal,
+            memory=memory,
+        )
+        return await self._call(principal.organization_id, message, timeout)
+
+    async def forget(
+        self,
+        principal: Invoker,
+        memory_id: UUID,
+        *,
+        idempotency_key: str | None = None,
+        timeout: float = 30.0,
+    ) -> MemoryAnswerV1:
+        """Append a tombstone after the live revision ``memory_id``, or a refusal.
+
+        Raises:
+            ReplyTimeout: no answer within ``timeout`` seconds.
+        """
+        correlation_id = uuid.uuid4().hex
+        message = ForgetV1(
+            action="forget",
+            correlation_id=correlation_id,
+            reply_to=self.reply_topic,
+            idempotency_key=idempotency_key or correlation_id,
+            principal=principal,
+            memory_id=memory_id,
+        )
+        return await self._call(principal.organization_id, message, timeout)
+
+    async def _call(
+        self, organization_id: UUID, message: RememberV1 | ForgetV1, timeout: float
+    ) -> MemoryAnswerV1:
+        key = message.correlation_id
+        if key in self._waiting:
+            raise DuplicateCorrelationId(f"correlation id {key!r} already awaits an answer")
+        waiter: asyncio.Future[MemoryAnswerV1] = asyncio.get_running_loop().create_future()
+        self._waiting[key] = waiter
+        try:
+            await self._send(
+                self.memory_topic, message.model_dump_json().encode(), str(organization_id).encode()
+            )
+            async with asyncio.timeout(timeout):
+                return await waiter
+        except TimeoutError:
+            waited = f"{timeout:g} s"
+            raise ReplyTimeout(f"memory {message.action} {key} unanswered in {waited}") from None
+        finally:
+            self._waiting.pop(key, None)

@@ -1,0 +1,292 @@
+"""The memory consumer through the real broker and PostgreSQL (issue 9): the client's calls are
+answered; writers racing through Kafka end in one linear chain; a consumer killed mid-stream
+loses no write and applies none twice; fuzzed records never stall a partition."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import uuid
+from collections import Counter
+from typing import Any
+
+import asyncpg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from broker.topics import dead_letter_topic, ensure_topics, memory_topics
+from contextcore.memory.models import Invoker, MemoryCandidate
+from producers.memory import MemoryClient
+from tests.integration.conftest import Config, StartConsumer
+from tests.integration.helpers import Librdkafka, read_json
+from tests.integration.test_poison_records import json_values, text_of
+
+pytestmark = pytest.mark.integration
+
+ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000a1")
+DEFINITION = uuid.UUID("7b000000-0000-4000-8000-00000000d001")
+USER = uuid.UUID("7b000000-0000-4000-8000-00000000e001")
+PRINCIPAL = Invoker(organization_id=ORG, definition_id=DEFINITION, user_id=USER)
+
+
+@pytest.fixture
+async def ready(config: Config, admin: asyncpg.Connection) -> Config:
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'M')", ORG)
+    await ensure_topics(config.bootstrap, memory_topics(config.topics))
+    return config
+
+
+def client(config: Config) -> MemoryClient:
+    return MemoryClient(
+        bootstrap_servers=config.bootstrap,
+        memory_topic=config.topics.memory_write,
+        reply_topic_prefix=config.topics.reply_prefix,
+        fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
+    )
+
+
+def remember_message(correlation_id: str, reply_to: str, **memory: Any) -> dict[str, Any]:
+    return {
+        "schema_version": 1,
+        "action": "remember",
+        "correlation_id": correlation_id,
+        "reply_to": reply_to,
+        "idempotency_key": f"k-{correlation_id}",
+        "principal": {
+            "organization_id": str(ORG),
+            "definition_id": str(DEFINITION),
+            "user_id": str(USER),
+        },
+        "memory": {
+            "scope": "user",
+            "attribute": "observation.note",
+            "text": f"note {correlation_id}",
+            **memory,
+        },
+    }
+
+
+async def test_the_client_remembers_and_forgets_through_the_consumer(
+    ready: Config, start_consumer: StartConsumer
+) -> None:
+    await start_consumer(ready, consumer="memory")
+    async with client(ready) as memory:
+        preference = MemoryCandidate(
+            scope="user", attribute="preference.language", text="Write in British English"
+        )
+        first = await memory.remember(PRINCIPAL, preference)
+        assert (first.status, first.change) == ("written", "created")
+        assert first.memory is not None
+        again = await memory.remember(PRINCIPAL, preference)
+        assert (again.status, again.reason) == ("refused", "duplicate")
+        forgotten = await memory.forget(PRINCIPAL, first.memory.id)
+        assert (forgotten.status, forgotten.change) == ("written", "forgotten")
+        node = PRINCIPAL.model_copy(update={"workflow_node": True})
+        refused = await memory.remember(node, preference)
+        assert (refused.status, refused.reason) == ("refused", "workflow_node")
+
+
+async def test_a_model_supplied_subject_key_is_invalid_input_never_ignored(
+    ready: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    await start_consumer(ready, consumer="memory")
+    reply_to = ready.reply_topic("memory-strict")
+    kafka = await asyncio.to_thread(Librdkafka, ready.bootstrap, reply_to)
+    try:
+        forged = remember_message("forged", reply_to, subject_key="crm.company:x:lifecycle_stage")
+        await asyncio.to_thread(
+            kafka.send, ready.topics.memory_write, json.dumps(forged).encode(), str(ORG).encode()
+        )
+        answer = await asyncio.to_thread(kafka.reply, "forged")
+        two = remember_message(
+            "two-refs",
+            reply_to,
+            subject_refs=[{"kind": "crm.company", "id": "a"}, {"kind": "crm.company", "id": "b"}],
+        )
+        await asyncio.to_thread(
+            kafka.send, ready.topics.memory_write, json.dumps(two).encode(), str(ORG).encode()
+        )
+        two_answer = await asyncio.to_thread(kafka.reply, "two-refs")
+    finally:
+        await asyncio.to_thread(kafka.close)
+    assert (answer["status"], answer["reason"]) == ("refused", "invalid_input")
+    assert any("subject_key" in line for line in answer["details"])
+    assert (two_answer["status"], two_answer["reason"]) == ("refused", "invalid_input")
+    assert await admin.fetchval("SELECT count(*) FROM memories") == 0
+
+
+async def test_writers_racing_through_kafka_end_in_one_linear_chain(
+    ready: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    await start_consumer(ready, consumer="memory")
+    organization_memory = Invoker(organization_id=ORG, definition_id=DEFINITION, user_id=USER)
+
+    async def writer(number: int) -> list[str]:
+        async with client(ready) as memory:
+            answers = await asyncio.gather(
+                *(
+                    memory.remember(
+                        organization_memory,
+                        MemoryCandidate(
+                            scope="organization",
+                            attribute="observation.stage",
+                            text=f"stage {(number + i) % 5}",
+                        ),
+                    )
+                    for i in range(16)
+                )
+            )
+        return [a.change or a.reason or "" for a in answers]
+
+    outcomes = Counter(o for batch in await asyncio.gather(*map(writer, range(4))) for o in batch)
+    rows = await admin.fetch(
+        "SELECT id, supersedes_id FROM memories WHERE subject_key LIKE '%observation.stage'"
+    )
+    assert sum(outcomes.values()) == 64
+    assert set(outcomes) <= {"created", "superseded", "duplicate"}
+    assert outcomes["created"] == 1
+    assert len(rows) == outcomes["created"] + outcomes["superseded"]
+    parents = [r["supersedes_id"] for r in rows if r["supersedes_id"] is not None]
+    assert len(parents) == len(set(parents)) == len(rows) - 1  # one root, one child each
+    heads = await admin.fetchval(
+        "SELECT count(*) FROM memory_heads WHERE subject_key LIKE '%observation.stage'"
+    )
+    assert heads == 1
+
+
+@pytest.mark.timeout(300)
+async def test_a_consumer_killed_mid_stream_loses_no_write_and_applies_none_twice(
+    ready: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    reply_to = ready.reply_topic("memory-kill")
+    kafka = await asyncio.to_thread(Librdkafka, ready.bootstrap, reply_to)
+    total = 300
+    try:
+        for i in range(total):
+            message = remember_message(f"w{i}", reply_to, attribute=f"observation.fact_{i}")
+            await asyncio.to_thread(
+                kafka.send,
+                ready.topics.memory_write,
+                json.dumps(message).encode(),
+                str(ORG).encode(),
+            )
+        first = await start_consumer(ready, consumer="memory")
+        async with asyncio.timeout(60):
+            while True:  # kill it a fifth of the way in, with writes in flight
+                if await admin.fetchval("SELECT count(*) FROM memories") >= total // 5:
+                    break
+                await asyncio.sleep(0.01)
+        await first.stop(signal.SIGKILL)
+        killed_at = await admin.fetchval("SELECT count(*) FROM memories")
+        await start_consumer(ready, consumer="memory")
+        answers = [await asyncio.to_thread(kafka.reply, f"w{i}", 60) for i in range(total)]
+    finally:
+        await asyncio.to_thread(kafka.close)
+    assert killed_at < total, "the consumer finished before it was killed: nothing was tested"
+    assert {a["status"] for a in answers} == {"written"}
+    assert await admin.fetchval("SELECT count(*) FROM memories") == total
+    assert await admin.fetchval("SELECT count(DISTINCT subject_key) FROM memories") == total
+    journal = await admin.fetchval("SELECT count(*) FROM memory_writes WHERE outcome = 'created'")
+    assert journal == total
+
+
+TARGETS = [
+    ("correlation_id",),
+    ("action",),
+    ("idempotency_key",),
+    ("principal",),
+    ("principal", "organization_id"),
+    ("principal", "user_id"),
+    ("principal", "workflow_node"),
+    ("memory",),
+    ("memory", "scope"),
+    ("memory", "attribute"),
+    ("memory", "text"),
+    ("memory", "subject_refs"),
+]
+
+
+@st.composite
+def poison_write(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
+    kind = draw(
+        st.sampled_from(["bytes", "oversize", "value", "huge", "deep", "surrogate", "nul", "ref"])
+    )
+    if kind == "bytes":
+        return draw(st.binary(min_size=1, max_size=2_000))
+    if kind == "oversize":
+        return draw(st.sampled_from([b"{", b"[", b"\xff"])) * draw(st.integers(300_000, 990_000))
+    message = remember_message(correlation_id, reply_to)
+    if kind == "ref":  # a ref the model makes up: blank, colons, NUL, surrogates, numbers
+        part = st.text(alphabet=st.sampled_from([" ", "\t", "\u00a0", ":", "\x00", "a", "\ud800"]))
+        message["memory"]["subject_refs"] = [
+            {"kind": draw(part | json_values), "id": draw(part | json_values)}
+        ]
+        return json.dumps(message).encode()
+    path = draw(st.sampled_from(TARGETS))
+    parent = message
+    for step in path[:-1]:
+        parent = parent[step]
+    raw: dict[str, str] = {}
+    if kind == "value":
+        parent[path[-1]] = draw(json_values)
+    elif kind == "huge":
+        parent[path[-1]] = "@raw@"
+        raw["raw"] = "9" * draw(st.integers(19, 6_000))
+    elif kind == "deep":
+        depth = draw(st.integers(60, 2_000))
+        parent[path[-1]] = "@raw@"
+        raw["raw"] = "[" * depth + "1" + "]" * depth
+    elif kind == "surrogate":
+        parent[path[-1]] = "a\udbff"
+    else:
+        parent[path[-1]] = "\x00" * draw(st.integers(1, 3))
+    return text_of(message, **raw)
+
+
+@pytest.mark.timeout(600)
+async def test_fuzzed_memory_writes_never_stall_a_partition_and_each_one_is_settled(
+    ready: Config, start_consumer: StartConsumer
+) -> None:
+    consumer = await start_consumer(ready, consumer="memory")
+    reply_to = ready.reply_topic("memory-fuzz")
+    kafka = await asyncio.to_thread(Librdkafka, ready.bootstrap, reply_to)
+    sent: dict[str, tuple[int, int]] = {}
+
+    @settings(
+        max_examples=80,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(st.data())
+    def fuzz(data: st.DataObject) -> None:
+        correlation_id = f"fuzz-{len(sent)}"
+        value = data.draw(poison_write(reply_to, correlation_id))
+        key = data.draw(st.sampled_from([str(ORG).encode(), b"other"]))
+        sent[correlation_id] = kafka.send(ready.topics.memory_write, value, key)
+        after = f"after-{correlation_id}"
+        valid = json.dumps(
+            remember_message(after, reply_to, attribute=f"observation.after_{len(sent)}")
+        ).encode()
+        kafka.send(ready.topics.memory_write, valid, key)
+        assert kafka.reply(after)["status"] == "written"
+
+    try:
+        await asyncio.to_thread(fuzz)
+    finally:
+        await asyncio.to_thread(kafka.close)
+    assert consumer.process.returncode is None
+    answered = {cid for cid in kafka.replies if cid in sent}
+    letters = await read_json(
+        ready.bootstrap,
+        dead_letter_topic(ready.topics.memory_write),
+        until=len(sent) - len(answered),
+    )
+    parked = {(letter["partition"], letter["offset"]) for letter in letters}
+    assert not {letter["cause"] for letter in letters} & {"gave_up", "retry_refused"}
+    for cid, position in sent.items():
+        assert cid in answered or position in parked, (cid, position)
+    for cid in answered:
+        assert kafka.replies[cid]["status"] in {"written", "refused"}
+    assert "Traceback" not in consumer.log()

@@ -1,0 +1,390 @@
+"""Agent memory on real PostgreSQL: the database protects the chain, RLS keeps the tenant, and
+MemoryService applies every rule of the spec (issue 9; spec "Minimum contract tests")."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections import Counter
+
+import asyncpg
+import pytest
+
+from contextcore.memory.models import (
+    Invoker,
+    MemoryCandidate,
+    MemorySubjectRef,
+    Refusal,
+    Written,
+)
+from contextcore.memory.service import MemoryService
+from contextcore.storage.tenancy import TenantDatabase
+from tests.integration.conftest import Database
+
+pytestmark = pytest.mark.integration
+
+ORG_A = uuid.UUID("7a000000-0000-4000-8000-0000000000a1")
+ORG_B = uuid.UUID("7a000000-0000-4000-8000-0000000000b1")
+DEFINITION = uuid.UUID("7a000000-0000-4000-8000-00000000d001")
+USER = uuid.UUID("7a000000-0000-4000-8000-00000000e001")
+
+
+@pytest.fixture
+async def tenants(admin: asyncpg.Connection) -> None:
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
+    )
+
+
+@pytest.fixture
+def service(tenant_db: TenantDatabase) -> MemoryService:
+    return MemoryService(tenant_db)
+
+
+def user(org: uuid.UUID = ORG_A, **changes: object) -> Invoker:
+    return Invoker(organization_id=org, definition_id=DEFINITION, user_id=USER).model_copy(
+        update=changes
+    )
+
+
+def trigger(org: uuid.UUID = ORG_A) -> Invoker:
+    return Invoker(organization_id=org, definition_id=DEFINITION, trigger_id=uuid.uuid4())
+
+
+def candidate(
+    text: str, attribute: str = "preference.language", **changes: object
+) -> MemoryCandidate:
+    return MemoryCandidate(scope="user", attribute=attribute, text=text).model_copy(update=changes)
+
+
+def key() -> str:
+    return uuid.uuid4().hex
+
+
+async def chain(admin: asyncpg.Connection, org: uuid.UUID, attribute: str) -> list[asyncpg.Record]:
+    return await admin.fetch(
+        "SELECT id, supersedes_id, text, forgotten_at FROM memories"
+        " WHERE organization_id = $1 AND subject_key LIKE '%:' || $2",
+        org,
+        attribute,
+    )
+
+
+def written(answer: object) -> Written:
+    assert isinstance(answer, Written), answer
+    return answer
+
+
+def refused(answer: object, reason: str) -> Refusal:
+    assert isinstance(answer, Refusal), answer
+    assert answer.reason == reason, answer
+    return answer
+
+
+# ------------------------------------------------------------------ the database protects it
+
+
+async def raw_root(admin: asyncpg.Connection, text: str = "root") -> uuid.UUID:
+    row_id: uuid.UUID = await admin.fetchval(
+        "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text)"
+        " VALUES ($1, $2, 'organization',"
+        " 'organization:' || $1::uuid::text || ':observation.raw', $3)"
+        " RETURNING id",
+        ORG_A,
+        DEFINITION,
+        text,
+    )
+    return row_id
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_raw_sql_cannot_give_a_revision_two_children_or_a_chain_two_roots(
+    admin: asyncpg.Connection,
+) -> None:
+    root = await raw_root(admin)
+    child = (
+        "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
+        " supersedes_id) VALUES ($1, $2, 'organization', 'organization:' || $1::uuid::text ||"
+        " ':observation.raw', $3, $4)"
+    )
+    await admin.execute(child, ORG_A, DEFINITION, "first child", root)
+    with pytest.raises(asyncpg.UniqueViolationError, match="memories_one_child"):
+        await admin.execute(child, ORG_A, DEFINITION, "second child", root)
+    with pytest.raises(asyncpg.UniqueViolationError, match="memories_one_root"):
+        await raw_root(admin, "a second root")
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_raw_sql_cannot_change_a_revision_or_let_a_child_leave_its_chain(
+    admin: asyncpg.Connection,
+) -> None:
+    root = await raw_root(admin)
+    with pytest.raises(asyncpg.PostgresError, match="append only"):
+        await admin.execute("UPDATE memories SET organization_id = $1 WHERE id = $2", ORG_B, root)
+    with pytest.raises(asyncpg.PostgresError, match="append only"):
+        await admin.execute("UPDATE memories SET text = 'edited' WHERE id = $1", root)
+    # a child naming another organization, definition, scope, user or key is refused
+    leave = {
+        "organization": (ORG_B, DEFINITION, "organization", None, f"organization:{ORG_B}"),
+        "definition": (ORG_A, uuid.uuid4(), "organization", None, f"organization:{ORG_A}"),
+        "scope and user": (ORG_A, DEFINITION, "user", USER, f"user:{USER}"),
+    }
+    for what, (org, definition, scope, user_id, owner) in leave.items():
+        with pytest.raises(asyncpg.ForeignKeyViolationError), _named(what):
+            await admin.execute(
+                "INSERT INTO memories (organization_id, definition_id, scope, user_id,"
+                " subject_key, text, supersedes_id) VALUES ($1, $2, $3, $4, $5, 'moved', $6)",
+                org,
+                definition,
+                scope,
+                user_id,
+                f"{owner}:observation.raw",
+                root,
+            )
+    with pytest.raises(asyncpg.ForeignKeyViolationError):
+        await admin.execute(
+            "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
+            " supersedes_id) VALUES ($1, $2, 'organization', 'organization:' || $1::uuid::text ||"
+            " ':observation.other', 'another key', $3)",
+            ORG_A,
+            DEFINITION,
+            root,
+        )
+
+
+class _named:
+    """Names the case in a failure message (pytest.raises does not)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            raise AssertionError(f"a child changing its {self.what} was accepted")
+
+
+@pytest.mark.parametrize(
+    "refs",
+    [
+        [{"kind": "crm.company", "id": "a"}, {"kind": "crm.company", "id": "b"}],
+        [{"kind": "\t", "id": "x"}],
+        [{"kind": "crm.company", "id": "\u00a0\u2003"}],
+        [{"kind": "crm:company", "id": "x"}],
+        [{"kind": "crm.company"}],
+        [{"kind": "crm.company", "id": 7}],
+        ["crm.company"],
+        {"kind": "crm.company", "id": "x"},
+    ],
+    ids=["two", "tab", "no-break-spaces", "colon", "no-id", "number-id", "not-object", "object"],
+)
+@pytest.mark.usefixtures("tenants")
+async def test_the_table_refuses_a_malformed_subject_ref(
+    admin: asyncpg.Connection, refs: object
+) -> None:
+    assert (
+        await admin.fetchval("SELECT memory_subject_refs_valid($1::jsonb)", json.dumps(refs))
+        is False
+    )
+    with pytest.raises(asyncpg.CheckViolationError):
+        await admin.execute(
+            "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
+            " subject_refs) VALUES ($1, $2, 'organization', 'crm.company:x:observation.a',"
+            " 'text', $3::jsonb)",
+            ORG_A,
+            DEFINITION,
+            json.dumps(refs),
+        )
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_the_table_refuses_keys_outside_the_memory_namespaces_and_blank_text(
+    admin: asyncpg.Connection,
+) -> None:
+    insert = (
+        "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text)"
+        " VALUES ($1, $2, 'organization', 'organization:' || $1::uuid::text || ':' || $3, $4)"
+    )
+    with pytest.raises(asyncpg.CheckViolationError, match="memories_subject_key_shape"):
+        await admin.execute(insert, ORG_A, DEFINITION, "lifecycle_stage", "customer")
+    with pytest.raises(asyncpg.CheckViolationError, match="memories_text_not_blank"):
+        await admin.execute(insert, ORG_A, DEFINITION, "observation.x", "\u3000\t")
+    with pytest.raises(asyncpg.CheckViolationError, match="memories_key_names_its_subject"):
+        await admin.execute(
+            "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text)"
+            " VALUES ($1, $2, 'organization',"
+            " 'organization:' || $3::uuid::text || ':observation.x', 't')",
+            ORG_A,
+            DEFINITION,
+            ORG_B,
+        )
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_the_runtime_login_reads_and_appends_only_its_organizations_memories(
+    admin: asyncpg.Connection, service: MemoryService, database: Database
+) -> None:
+    written(await service.remember(user(ORG_B), candidate("B's secret"), key()))
+    runtime = await asyncpg.connect(database.url)
+    try:
+        async with runtime.transaction():
+            await runtime.execute(
+                "SELECT set_config('role', 'contextcore_app', true),"
+                " set_config('contextcore.organization_id', $1, true)",
+                str(ORG_A),
+            )
+            for relation in ("memories", "memory_heads", "live_memories", "memory_writes"):
+                assert await runtime.fetchval(f"SELECT count(*) FROM {relation}") == 0, relation
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await runtime.execute(
+                    "INSERT INTO memories (organization_id, definition_id, scope, subject_key,"
+                    " text) VALUES ($1, $2, 'organization', 'organization:' || $1::uuid::text ||"
+                    " ':observation.x', 'planted')",
+                    ORG_B,
+                    DEFINITION,
+                )
+        for statement in ("UPDATE memories SET text = 'x'", "DELETE FROM memories"):
+            async with runtime.transaction():
+                await runtime.execute("SELECT set_config('role', 'contextcore_app', true)")
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await runtime.execute(statement)
+    finally:
+        await runtime.close()
+    assert [r["text"] for r in await chain(admin, ORG_B, "preference.language")] == ["B's secret"]
+
+
+# ------------------------------------------------------------------ MemoryService's rules
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_supersede_duplicate_forget_and_revive_form_one_chain(
+    admin: asyncpg.Connection, service: MemoryService
+) -> None:
+    first = written(await service.remember(user(), candidate("Write in British English"), key()))
+    assert first.change == "created"
+    assert first.memory.subject_key == f"user:{USER}:preference.language"
+    refused(
+        await service.remember(user(), candidate("Write in British English"), key()), "duplicate"
+    )
+    second = written(await service.remember(user(), candidate("Write in American English"), key()))
+    assert (second.change, second.memory.supersedes_id) == ("superseded", first.memory.id)
+    refused(await service.forget(user(), first.memory.id, key()), "not_live")  # an old revision
+    tombstone = written(await service.forget(user(), second.memory.id, key()))
+    assert (tombstone.change, tombstone.memory.text) == ("forgotten", None)
+    assert tombstone.memory.forgotten_at is not None
+    refused(await service.forget(user(), tombstone.memory.id, key()), "not_live")  # a tombstone
+    revived = written(await service.remember(user(), candidate("Write in British English"), key()))
+    assert (revived.change, revived.memory.supersedes_id) == ("revived", tombstone.memory.id)
+    rows = await chain(admin, ORG_A, "preference.language")
+    assert len(rows) == 4
+    assert sum(r["supersedes_id"] is None for r in rows) == 1
+    live = await admin.fetch("SELECT id FROM live_memories WHERE organization_id = $1", ORG_A)
+    assert [r["id"] for r in live] == [revived.memory.id]
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_refusals_namespace_trigger_user_scope_workflow_node_and_owner(
+    service: MemoryService,
+) -> None:
+    refused(await service.remember(user(), candidate("x", "lifecycle_stage"), key()), "namespace")
+    refused(await service.remember(user(), candidate("x", "observation."), key()), "namespace")
+    refused(await service.remember(trigger(), candidate("x"), key()), "trigger_user_scope")
+    refused(
+        await service.remember(user(workflow_node=True), candidate("x"), key()), "workflow_node"
+    )
+    mine = written(await service.remember(user(), candidate("mine"), key()))
+    other_user = user(user_id=uuid.uuid4())
+    refused(await service.forget(other_user, mine.memory.id, key()), "not_owner")
+    refused(await service.forget(trigger(), mine.memory.id, key()), "not_owner")
+    refused(
+        await service.forget(user(definition_id=uuid.uuid4()), mine.memory.id, key()), "not_owner"
+    )
+    refused(await service.forget(user(ORG_B), mine.memory.id, key()), "not_live")  # not B's row
+    refused(await service.forget(user(workflow_node=True), mine.memory.id, key()), "workflow_node")
+    # a trigger writes organization scope, keyed by the organization
+    shared = candidate(
+        "the buying committee meets on Mondays", "observation.cadence", scope="organization"
+    )
+    answer = written(await service.remember(trigger(), shared, key()))
+    assert answer.memory.subject_key == f"organization:{ORG_A}:observation.cadence"
+    assert answer.memory.user_id is None
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_subject_ref_makes_the_key_and_an_application_field_never_collides(
+    service: MemoryService,
+) -> None:
+    company = str(uuid.uuid4())
+    about = candidate(
+        "Buys through a procurement portal",
+        "observation.buying_process",
+        scope="organization",
+        subject_refs=[MemorySubjectRef(kind="crm.company", id=company, label="Acme: EU")],
+    )
+    answer = written(await service.remember(user(), about, key()))
+    assert answer.memory.subject_key == f"crm.company:{company}:observation.buying_process"
+    assert answer.memory.subject_key != f"crm.company:{company}:lifecycle_stage"
+    assert answer.memory.subject_refs[0].label == "Acme: EU"
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_one_idempotency_key_is_one_answer_and_one_row(
+    admin: asyncpg.Connection, service: MemoryService
+) -> None:
+    once = key()
+    answers = await asyncio.gather(
+        *(service.remember(user(), candidate("same call"), once) for _ in range(5))
+    )
+    assert len({a.model_dump_json() for a in answers}) == 1
+    assert len(await chain(admin, ORG_A, "preference.language")) == 1
+    # a refusal is journaled too: the same key is the same refusal
+    again = key()
+    duplicate = refused(await service.remember(user(), candidate("same call"), again), "duplicate")
+    assert await service.remember(user(), candidate("same call"), again) == duplicate
+    reused = refused(
+        await service.remember(user(), candidate("another call"), once), "invalid_input"
+    )
+    assert once in reused.message
+    assert len(await chain(admin, ORG_A, "preference.language")) == 1
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_writers_racing_on_one_chain_form_one_linear_chain(
+    admin: asyncpg.Connection, database: Database
+) -> None:
+    pool = await asyncpg.create_pool(database.url, min_size=8, max_size=16)
+    assert pool is not None
+    try:
+        service = MemoryService(TenantDatabase(pool))
+        calls = [
+            service.remember(user(), candidate(f"text {i % 7}", "observation.race"), key())
+            for i in range(64)
+        ]
+        calls += [
+            service.forget(user(), uuid.uuid4(), key()) for _ in range(4)
+        ]  # noise: ids that are no memory
+        answers = await asyncio.gather(*calls)
+    finally:
+        await pool.close()
+    outcomes = Counter(a.change if isinstance(a, Written) else a.reason for a in answers)
+    rows = await chain(admin, ORG_A, "observation.race")
+    assert outcomes["created"] == 1
+    assert len(rows) == outcomes["created"] + outcomes["superseded"]
+    roots = [r for r in rows if r["supersedes_id"] is None]
+    parents = [r["supersedes_id"] for r in rows if r["supersedes_id"] is not None]
+    assert len(roots) == 1
+    assert len(parents) == len(set(parents))
+    heads = await admin.fetch(
+        "SELECT id FROM memory_heads WHERE organization_id = $1 AND subject_key LIKE '%race'", ORG_A
+    )
+    assert len(heads) == 1
+    # walking back from the head visits every row: one linear chain
+    by_id = {r["id"]: r for r in rows}
+    walked, current = 0, heads[0]["id"]
+    while current is not None:
+        walked += 1
+        current = by_id[current]["supersedes_id"]
+    assert walked == len(rows)
