@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sys
 import uuid
 from collections import Counter
 from typing import Any
@@ -290,3 +291,43 @@ async def test_fuzzed_memory_writes_never_stall_a_partition_and_each_one_is_sett
     for cid in answered:
         assert kafka.replies[cid]["status"] in {"written", "refused"}
     assert "Traceback" not in consumer.log()
+
+
+async def memory_command(config: Config, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "producers.memory_cli",
+        *args,
+        env=config.environ(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    return await process.wait(), out.decode()
+
+
+async def test_the_cli_remembers_refuses_forgets_and_reports_health(
+    ready: Config, start_consumer: StartConsumer
+) -> None:
+    await start_consumer(ready, consumer="memory")
+    who = ["--organization", str(ORG), "--definition", str(DEFINITION), "--user", str(USER)]
+    fact = ["--scope", "user", "--attribute", "preference.tone", "--text", "Be brief"]
+    code, out = await memory_command(ready, "remember", *who, *fact)
+    assert code == 0, out
+    memory_id = json.loads(out)["memory"]["id"]
+    code, out = await memory_command(ready, "remember", *who, *fact)
+    assert code == 1, out
+    assert '"reason": "duplicate"' in out
+    code, out = await memory_command(ready, "remember", *who, *fact[:4], "--text", "Be thorough")
+    assert code == 0, out
+    code, out = await memory_command(ready, "forget", *who, memory_id)
+    assert code == 1, out  # the first revision is no longer the live one
+    assert '"reason": "not_live"' in out
+    code, out = await memory_command(ready, "health", "--organization", str(ORG))
+    assert code == 0, out
+    assert "chains: 1, live: 1" in out
+    assert "chain lengths: 2 revisions: 1" in out
+    assert "remember refused duplicate: 1" in out
+    assert "forget refused not_live: 1" in out
+    assert "refusal rate: 50.0%" in out

@@ -480,7 +480,7 @@ def test_run_history_options_are_admitted_strictly(options: dict[str, Any], path
     assert raised.value.path == path
 
 
-def test_the_process_registry_serves_the_six_sources() -> None:
+def test_the_process_registry_serves_the_seven_sources() -> None:
     assert process_registry().names == [
         "conversation",
         "application",
@@ -488,5 +488,6 @@ def test_the_process_registry_serves_the_six_sources() -> None:
         "definition_summary",
         "run_history",
         "knowledge",
+        "memory",
     ]
     json.dumps(process_registry().names)

@@ -1,0 +1,76 @@
+"""One organization's memory health: live chains, chain lengths, and how often writes are
+refused and why (``contextcore-memory health``). Read in the organization's scope only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from uuid import UUID
+
+from contextcore.storage.tenancy import TenantDatabase, TenantQuery
+
+CHAINS = TenantQuery(
+    "memory.health.chains",
+    """
+-- memory.health.chains: chains by their number of revisions, and how many are live
+SELECT length, count(*) AS chains, count(*) FILTER (WHERE live) AS live
+FROM (
+    SELECT count(*) AS length, bool_or(m.forgotten_at IS NULL AND h.id IS NOT NULL) AS live
+    FROM memories AS m
+    LEFT JOIN memory_heads AS h ON h.organization_id = m.organization_id AND h.id = m.id
+    WHERE m.organization_id = $1
+    GROUP BY m.definition_id, m.scope, m.scope_owner_id, m.subject_key
+) AS chain
+GROUP BY length
+ORDER BY length
+""",
+)
+
+WRITES = TenantQuery(
+    "memory.health.writes",
+    """
+-- memory.health.writes: write calls of the window, by outcome and refusal reason
+SELECT operation, outcome, coalesce(reason, '') AS reason, count(*) AS calls
+FROM memory_writes
+WHERE organization_id = $1 AND created_at > now() - $2::interval AND outcome IS NOT NULL
+GROUP BY operation, outcome, reason
+ORDER BY operation, outcome, reason
+""",
+)
+
+
+@dataclass(frozen=True)
+class MemoryHealth:
+    organization_id: UUID
+    chains: int
+    live_chains: int
+    chain_lengths: dict[int, int]
+    """Revisions per chain (a tombstone counts) -> how many chains have that many."""
+    window: timedelta
+    calls: dict[str, int]
+    """``<operation> <outcome>[ <reason>]`` -> calls in the window."""
+
+    @property
+    def refusal_rate(self) -> float | None:
+        total = sum(self.calls.values())
+        refused = sum(n for key, n in self.calls.items() if " refused" in key)
+        return refused / total if total else None
+
+
+async def health(
+    database: TenantDatabase, organization_id: UUID, window: timedelta
+) -> MemoryHealth:
+    async with database.scoped(organization_id) as tenant:
+        chains = await tenant.fetch(CHAINS)
+        writes = await tenant.fetch(WRITES, window)
+    return MemoryHealth(
+        organization_id=organization_id,
+        chains=sum(r["chains"] for r in chains),
+        live_chains=sum(r["live"] for r in chains),
+        chain_lengths={r["length"]: r["chains"] for r in chains},
+        window=window,
+        calls={
+            " ".join(p for p in (r["operation"], r["outcome"], r["reason"]) if p): r["calls"]
+            for r in writes
+        },
+    )

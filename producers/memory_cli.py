@@ -1,0 +1,132 @@
+"""``contextcore-memory``: agent memory from the command line.
+
+    remember --organization ID --definition ID (--user ID | --trigger ID)
+             --scope user|organization --attribute preference.x --text TEXT
+             [--ref KIND:ID] [--run ID] [--idempotency-key K]
+    forget   --organization ID --definition ID (--user ID | --trigger ID) MEMORY_ID
+    health   --organization ID [--days 30]
+
+``remember`` and ``forget`` go over the memory-write topic, as an agent's tool call does, and
+print the answer as JSON; ``health`` reads one organization's memory (runtime login, its scope
+only): live chains, chain lengths, refusals by reason. Exit status: 0 written (or health); 1
+refused; 2 a setting missing or a service unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from datetime import timedelta
+from uuid import UUID
+
+from broker.settings import KafkaSettings, TopicSettings
+from contextcore.errors import RequestRefused, run_command
+from contextcore.memory.health import health
+from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef
+from contextcore.settings import DatabaseSettings
+from contextcore.storage.pool import create_pool
+from contextcore.storage.tenancy import TenantDatabase
+from producers.memory import MemoryClient
+from schemas.memory import MemoryAnswerV1
+
+
+def _invoker(args: argparse.Namespace) -> Invoker:
+    return Invoker(
+        organization_id=args.organization,
+        definition_id=args.definition,
+        user_id=args.user,
+        trigger_id=args.trigger,
+        run_id=getattr(args, "run", None),
+    )
+
+
+def _answered(answer: MemoryAnswerV1) -> int:
+    print(answer.model_dump_json(indent=2))
+    if answer.status == "refused":
+        raise RequestRefused(answer.reason or "refused", answer.message or "refused")
+    return 0
+
+
+async def _remember(args: argparse.Namespace) -> int:
+    refs = []
+    if args.ref:
+        kind, _, row_id = args.ref.partition(":")
+        refs.append(MemorySubjectRef(kind=kind, id=row_id))
+    candidate = MemoryCandidate(
+        scope=args.scope, attribute=args.attribute, text=args.text, subject_refs=refs
+    )
+    async with MemoryClient.from_settings(KafkaSettings(), TopicSettings()) as client:
+        answer = await client.remember(
+            _invoker(args), candidate, idempotency_key=args.idempotency_key
+        )
+    return _answered(answer)
+
+
+async def _forget(args: argparse.Namespace) -> int:
+    async with MemoryClient.from_settings(KafkaSettings(), TopicSettings()) as client:
+        answer = await client.forget(
+            _invoker(args), args.memory_id, idempotency_key=args.idempotency_key
+        )
+    return _answered(answer)
+
+
+async def _health(args: argparse.Namespace) -> int:
+    settings = DatabaseSettings()
+    pool = await create_pool(
+        settings.require_url(), timeout_s=settings.connect_timeout_s, max_size=1
+    )
+    try:
+        report = await health(
+            TenantDatabase(pool, role=settings.role), args.organization, timedelta(days=args.days)
+        )
+    finally:
+        await pool.close()
+    print(f"organization {report.organization_id}")
+    print(f"chains: {report.chains}, live: {report.live_chains}")
+    lengths = ", ".join(f"{n} revisions: {c}" for n, c in report.chain_lengths.items())
+    print(f"chain lengths: {lengths or 'none'}")
+    print(f"write calls in the last {args.days} days:")
+    for key, calls in report.calls.items():
+        print(f"  {key}: {calls}")
+    rate = report.refusal_rate
+    print(f"refusal rate: {'n/a' if rate is None else f'{rate:.1%}'}")
+    return 0
+
+
+def _principal(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--organization", type=UUID, required=True)
+    command.add_argument("--definition", type=UUID, required=True, help="the owning agent")
+    actor = command.add_mutually_exclusive_group(required=True)
+    actor.add_argument("--user", type=UUID)
+    actor.add_argument("--trigger", type=UUID)
+    command.add_argument("--idempotency-key", help="default: a fresh one")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="contextcore-memory",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    remember = commands.add_parser("remember", help="store a memory (memory.remember)")
+    _principal(remember)
+    remember.add_argument("--scope", choices=["user", "organization"], required=True)
+    remember.add_argument("--attribute", required=True, help="observation.* or preference.*")
+    remember.add_argument("--text", required=True)
+    remember.add_argument("--ref", help="KIND:ID of the row the memory is about")
+    remember.add_argument("--run", type=UUID, help="the run that proposed it")
+    forget = commands.add_parser("forget", help="forget a live memory (memory.forget)")
+    _principal(forget)
+    forget.add_argument("memory_id", type=UUID)
+    report = commands.add_parser("health", help="one organization's memory health")
+    report.add_argument("--organization", type=UUID, required=True)
+    report.add_argument("--days", type=int, default=30, help="the window of write calls (30)")
+    args = parser.parse_args(argv)
+    run = {"remember": _remember, "forget": _forget, "health": _health}[args.command]
+    return run_command("contextcore-memory", lambda: asyncio.run(run(args)), expected=(ValueError,))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
