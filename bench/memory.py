@@ -1,0 +1,285 @@
+"""Agent memory: writes end to end through Kafka, and the memory source at scale.
+
+    python -m bench.memory [--writes 6000] [--window 64] [--reads 2000]
+
+1. ``remember`` calls per second, end to end (published, applied by a running memory consumer in
+   its own process, answered on the reply topic), with 1, 4 and 16 concurrent producers (each a
+   ``MemoryClient`` keeping ``--window`` calls in flight), over 100 organizations; and the
+   consumer's peak RSS (VmHWM).
+2. The memory source: p50/p99 of ``retrieve`` (limit 20) at 10,000 live memories per
+   organization over 100 organizations (plus superseded revisions and tombstones, a fifth of
+   them user memories, one in twenty naming a CRM company the source must resolve), for a run
+   subject (one definition) and for a front-door turn (every definition).
+
+Targets on this 2-core machine: at least 1,000 writes/s end to end; source p99 under 10 ms;
+consumer RSS under 300 MB. Prints figures; never passes or fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+
+import asyncpg
+
+from bench.processes import peak_rss_mb, tree_cpu_seconds
+from bench.seeded import drop, prepare
+from broker.settings import TopicSettings
+from broker.topics import ensure_topics, memory_topics
+from contextcore.memory.models import Invoker, MemoryCandidate
+from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.sources.memory import MemoryContextSource
+from contextcore.storage.tenancy import TenantDatabase
+from devstack.stack import DevStack
+from producers.memory import MemoryClient
+
+ORGANIZATIONS = 100
+PER_ORGANIZATION = 10_000
+DEFINITIONS = 4
+USERS = 10
+
+
+def start_consumer(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "consumers.cli", "serve", "memory"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith(b"memory consumer ready"):
+        raise RuntimeError(f"the memory consumer did not start: {line!r}")
+    return process
+
+
+async def writes(
+    bootstrap: str,
+    topics: TopicSettings,
+    orgs: list[uuid.UUID],
+    producers: int,
+    total: int,
+    window: int,
+) -> float:
+    """Remember/s of ``total`` calls spread over ``producers`` clients."""
+    clients = [
+        MemoryClient(
+            bootstrap_servers=bootstrap,
+            memory_topic=topics.memory_write,
+            reply_topic_prefix=topics.reply_prefix,
+            fetch_max_wait_ms=2,
+        )
+        for _ in range(producers)
+    ]
+    await asyncio.gather(*(c.start() for c in clients))
+    run = uuid.uuid4().hex[:6]
+
+    async def produce(number: int, client: MemoryClient) -> None:
+        slots = asyncio.Semaphore(window)
+
+        async def one(i: int) -> None:
+            async with slots:
+                org = orgs[i % len(orgs)]
+                principal = Invoker(
+                    organization_id=org, definition_id=org, user_id=uuid.UUID(int=i % USERS)
+                )
+                candidate = MemoryCandidate(
+                    scope="user" if i % 5 == 0 else "organization",
+                    attribute=f"observation.w{run}_{number}_{i % 500}",
+                    text=f"fact {i} from producer {number}",
+                )
+                answer = await client.remember(principal, candidate, timeout=120)
+                assert answer.status == "written", answer
+
+        await asyncio.gather(*(one(i) for i in range(total // producers)))
+
+    try:
+        started = time.perf_counter()
+        await asyncio.gather(*(produce(n, c) for n, c in enumerate(clients)))
+        return (total // producers * producers) / (time.perf_counter() - started)
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+
+
+async def seed_memories(admin: asyncpg.Connection, orgs: list[uuid.UUID]) -> None:
+    """10,000 live chains per organization, 1 in 10 with an older revision, 1 in 50 with a
+    tombstone after it (not live), 1 in 5 user memories, 1 in 20 naming a CRM company."""
+    for org in orgs:
+        await admin.execute(
+            "INSERT INTO crm_companies (organization_id, id, name)"
+            " SELECT $1, gen_random_uuid(), 'Co ' || i FROM generate_series(1, 50) AS i",
+            org,
+        )
+        await admin.execute(
+            """
+            WITH companies AS (
+                SELECT array_agg(id) AS ids FROM crm_companies WHERE organization_id = $1
+            ), facts AS (
+                SELECT i,
+                       ('00000000-0000-4000-8000-' || lpad(to_hex(i % 4), 12, '0'))::uuid
+                           AS definition,
+                       CASE WHEN i % 5 = 0 THEN 'user' ELSE 'organization' END AS scope,
+                       CASE WHEN i % 5 = 0
+                            THEN ('00000000-0000-0000-0000-' || lpad(to_hex(i % 10), 12, '0'))::uuid
+                       END AS user_id,
+                       CASE WHEN i % 20 = 0 THEN (SELECT ids[1 + i % 50] FROM companies) END
+                           AS company
+                FROM generate_series(1, $2) AS i
+            )
+            INSERT INTO memories (organization_id, definition_id, scope, user_id, subject_key,
+                                  text, subject_refs, created_at)
+            SELECT $1, definition, scope, user_id,
+                   CASE WHEN company IS NOT NULL THEN 'crm.company:' || company
+                        WHEN scope = 'user' THEN 'user:' || user_id
+                        ELSE 'organization:' || $1::uuid END || ':observation.f' || i,
+                   'remembered fact number ' || i,
+                   CASE WHEN company IS NOT NULL
+                        THEN jsonb_build_array(
+                            jsonb_build_object('kind', 'crm.company', 'id', company::text))
+                        ELSE '[]'::jsonb END,
+                   now() - make_interval(secs => $2 - i)
+            FROM facts
+            """,
+            org,
+            PER_ORGANIZATION + PER_ORGANIZATION // 50,
+        )
+        # a newer revision for 1 in 10 chains; a tombstone for 1 in 50 (those are not live)
+        await admin.execute(
+            """
+            INSERT INTO memories (organization_id, definition_id, scope, user_id, subject_key,
+                                  text, subject_refs, supersedes_id, forgotten_at, created_at)
+            SELECT organization_id, definition_id, scope, user_id, subject_key,
+                   CASE WHEN n % 50 = 0 THEN NULL ELSE text || ' (revised)' END,
+                   subject_refs, id,
+                   CASE WHEN n % 50 = 0 THEN now() END,
+                   created_at + interval '1 millisecond'
+            FROM (SELECT *, row_number() OVER (ORDER BY created_at) AS n
+                  FROM memories WHERE organization_id = $1) AS m
+            WHERE n % 10 = 0 OR n % 50 = 0
+            """,
+            org,
+        )
+    await admin.execute("ANALYZE memories")
+
+
+async def reads(url: str, orgs: list[uuid.UUID], count: int) -> None:
+    pool = await asyncpg.create_pool(url, min_size=2, max_size=2)
+    assert pool is not None
+    source = MemoryContextSource(TenantDatabase(pool))
+    spec = ContextSourceSpec(name="memory", token_budget=4000)
+    rng = random.Random(7)
+    try:
+        for label, definition in (("a run (one definition)", True), ("a front-door turn", False)):
+            times: list[float] = []
+            items = 0
+            for n in range(count + 50):
+                org = rng.choice(orgs)
+                subject = ContextSubject(
+                    organization_id=org,
+                    user_id=uuid.UUID(int=rng.randrange(USERS)),
+                    trigger_id=None,
+                    definition_id=uuid.UUID(f"00000000-0000-4000-8000-{rng.randrange(4):012x}")
+                    if definition
+                    else None,
+                )
+                request = ContextRequest(subject=subject, query="", entities=())
+                started = time.perf_counter()
+                found = await source.retrieve(request, spec)
+                if n >= 50:  # the first 50 warm the pool's statements
+                    times.append((time.perf_counter() - started) * 1000)
+                    items += len(found)
+            times.sort()
+            print(
+                f"memory source, {label}: p50 {statistics.median(times):.2f} ms, "
+                f"p99 {times[int(len(times) * 0.99) - 1]:.2f} ms, "
+                f"{items / len(times):.1f} items per read ({len(times)} reads; target p99 < 10 ms)"
+            )
+    finally:
+        await pool.close()
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
+    parser.add_argument("--writes", type=int, default=6_000)
+    parser.add_argument("--window", type=int, default=64, help="calls in flight per producer")
+    parser.add_argument("--reads", type=int, default=2_000)
+    parser.add_argument("--skip-writes", action="store_true")
+    parser.add_argument("--skip-reads", action="store_true")
+    args = parser.parse_args()
+    name = "bench_memory"
+    seeded = await prepare(name, 0)
+    admin = await asyncpg.connect(seeded.admin_url)
+    orgs = [uuid.uuid4() for _ in range(ORGANIZATIONS)]
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, 'bench')", [(o,) for o in orgs]
+    )
+    bootstrap = seeded.stack.bootstrap_servers
+    try:
+        if not args.skip_writes:
+            tag = uuid.uuid4().hex[:8]
+            topics = TopicSettings.model_construct(
+                memory_write=f"bench.{tag}.memory-write",
+                memory_write_partitions=4,
+                reply_prefix=f"bench.{tag}.reply",
+            )
+            await ensure_topics(bootstrap, memory_topics(topics))
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")},
+                "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
+                "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": "2",
+                "CONTEXTCORE_DATABASE_URL": seeded.url,
+                "CONTEXTCORE_TOPIC_MEMORY_WRITE": topics.memory_write,
+                "CONTEXTCORE_MEMORY_GROUP_ID": f"bench-{tag}-memory",
+                "CONTEXTCORE_MEMORY_METRICS_PORT": "0",
+            }
+            consumer = start_consumer(env)
+            stack = DevStack()
+            postgres = int((stack.pg_data / "postmaster.pid").read_text().split()[0])
+            tansu = int(stack.broker_pid_file.read_text())
+            try:
+                await writes(bootstrap, topics, orgs, 1, 500, args.window)  # warm-up
+                for producers in (1, 4, 16):
+                    cpu = {p: tree_cpu_seconds(p) for p in (consumer.pid, postgres, tansu)}
+                    own = time.process_time()
+                    rate = await writes(
+                        bootstrap, topics, orgs, producers, args.writes, args.window
+                    )
+                    used = {p: tree_cpu_seconds(p) - cpu[p] for p in cpu}
+                    used[os.getpid()] = time.process_time() - own
+                    print(
+                        f"remember end to end, {producers:>2} producers x {args.window} in flight: "
+                        f"{rate:,.0f} writes/s (target >= 1,000); CPU s: consumer "
+                        f"{used[consumer.pid]:.1f}, PostgreSQL {used[postgres]:.1f}, Tansu "
+                        f"{used[tansu]:.1f}, the producers (this process) {used[os.getpid()]:.1f}"
+                    )
+                print(
+                    f"memory consumer peak RSS: {peak_rss_mb(consumer.pid):.0f} MB (target < 300)"
+                )
+            finally:
+                consumer.send_signal(signal.SIGTERM)
+                consumer.wait(60)
+        if not args.skip_reads:
+            started = time.perf_counter()
+            await seed_memories(admin, orgs)
+            rows = await admin.fetchval("SELECT count(*) FROM memories")
+            live = await admin.fetchval("SELECT count(*) FROM live_memories")
+            print(
+                f"seeded {rows:,} revisions, {live:,} live, over {ORGANIZATIONS} organizations "
+                f"in {time.perf_counter() - started:.0f} s"
+            )
+            await reads(seeded.url, orgs, args.reads)
+    finally:
+        await admin.close()
+        await drop(seeded.stack, name)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
