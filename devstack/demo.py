@@ -2,10 +2,12 @@
 
 Starts (or reuses) the embedded broker and PostgreSQL unless the addresses are set, provisions
 the two credentials, applies the schema as the owner, seeds the demo organization as the
-administrator (standing in for the application that owns those rows), starts the build, upload
-and embedding consumers as their own processes with the runtime login, uploads two documents
-(one of the organization's, one of the platform's) and waits until they are ready, sends one
-build request that reads all six sources, and prints the brief and the reply.
+administrator (standing in for the application that owns those rows), starts the build, upload,
+embedding and memory consumers as their own processes with the runtime login, uploads two
+documents (one of the organization's, one of the platform's) and waits until they are ready,
+remembers two facts through the memory-write topic (a preference of the user, an observation
+about Acme), sends one build request that reads all seven sources, and prints the brief and the
+reply.
 
 With ``CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS`` set, nothing embedded starts; the database URLs
 (``CONTEXTCORE_DATABASE_URL``, ``_OWNER_URL`` and ``_ADMIN_URL``) must then be set too.
@@ -22,6 +24,7 @@ import time
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics
+from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef
 from contextcore.models import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
@@ -31,9 +34,10 @@ from devstack import demo_seed
 from devstack.stack import DevStack
 from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient
+from producers.memory import MemoryClient
 
 DEMO_POLICY = {
-    "total_token_budget": 1500,
+    "total_token_budget": 1700,
     "sources": [
         {"name": "conversation", "token_budget": 300},
         {"name": "application", "token_budget": 400, "required": True},
@@ -46,8 +50,19 @@ DEMO_POLICY = {
             "limit": 3,
             "options": {"include_platform": True, "include_organization": True},
         },
+        {"name": "memory", "token_budget": 200},
     ],
 }
+
+MEMORIES = [
+    ("user", "preference.call_notes", "Send me call notes as three bullet points.", None),
+    (
+        "organization",
+        "observation.buying_process",
+        "Acme buys through a procurement portal; quotes must be uploaded there.",
+        ("crm.company", str(demo_seed.ACME)),
+    ),
+]
 
 DOCUMENTS = [
     (
@@ -99,12 +114,12 @@ async def run_demo(serve: bool) -> int:
         await demo_seed.seed_demo(seeder)
     finally:
         await seeder.close()
-    print("== starting the build, upload and embedding consumers (as the runtime login)")
+    print("== starting the build, upload, embedding and memory consumers (as the runtime login)")
     consumers = [
         await asyncio.create_subprocess_exec(
             sys.executable, "-m", "consumers.cli", "serve", name, env=runtime_environ(env)
         )
-        for name in ("build", "upload", "embed")
+        for name in ("build", "upload", "embed", "memory")
     ]
     consumer = consumers[0]
     try:
@@ -121,6 +136,26 @@ async def run_demo(serve: bool) -> int:
                     timeout=300.0,
                 )
                 print(f"{title} ({scope}): {status.status}, {status.chunks} chunk(s)")
+        print("== remembering two facts (memory.remember over the memory-write topic)")
+        researcher = Invoker(
+            organization_id=demo_seed.ORGANIZATION,
+            definition_id=demo_seed.RESEARCHER,
+            user_id=demo_seed.USER,
+        )
+        async with MemoryClient.from_settings(KafkaSettings(), TopicSettings()) as memory:
+            for scope, attribute, text, about in MEMORIES:
+                refs = [MemorySubjectRef(kind=about[0], id=about[1])] if about else []
+                answer = await memory.remember(
+                    researcher,
+                    MemoryCandidate(
+                        scope=scope,
+                        attribute=attribute,
+                        text=text,
+                        subject_refs=refs,
+                    ),
+                    idempotency_key=f"demo:{attribute}:v1",
+                )
+                print(f"{attribute}: {answer.status} {answer.change or answer.reason}")
         request = ContextRequest(
             subject=ContextSubject(
                 organization_id=demo_seed.ORGANIZATION,

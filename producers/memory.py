@@ -2,9 +2,11 @@
 
 Each call waits for its answer on the client's reply topic, matched by correlation id. A refusal
 is an answer (``status: refused`` with its reason), not an error: ``duplicate`` is the expected
-answer to re-observing unchanged text. Records are keyed by organization, so one tenant's calls
-keep their order on one partition. Delivery is at least once: the idempotency key (a fresh one
-per call unless given) makes a redelivered call answer the same and write nothing.
+answer to re-observing unchanged text. Records are keyed by organization (one tenant's calls
+share a partition), but the consumer applies many at once: two calls on one chain race, and
+the database keeps the chain linear. Delivery is at least once: the idempotency key (a fresh
+uuid4 per call unless given; a key is unique in its organization) makes a redelivered call
+answer the same and write nothing.
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ class MemoryHandler:
             return Retry("contention", str(error))
         if isinstance(answer, Written):
             self.metrics.writes.labels(operation=call.action, outcome="written", reason="").inc()
-            self.metrics.changes.labels(change=answer.change).inc()
+            if not answer.replayed:  # a replay appended nothing
+                self.metrics.changes.labels(change=answer.change).inc()
         else:
             self.metrics.writes.labels(
                 operation=call.action, outcome="refused", reason=answer.reason

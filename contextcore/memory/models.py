@@ -142,6 +142,8 @@ class Written(BaseModel):
 
     change: Change
     memory: AgentMemory
+    replayed: bool = False
+    """Answered from the journal: an earlier call with this idempotency key appended it."""
 
 
 class Refusal(BaseModel):
@@ -149,6 +151,7 @@ class Refusal(BaseModel):
 
     reason: RefusalReason
     message: str
+    replayed: bool = False
 
 
 Answer = Written | Refusal

@@ -25,6 +25,8 @@ import json
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
+import asyncpg
+
 from contextcore.errors import ContextcoreError
 from contextcore.memory import store
 from contextcore.memory.models import (
@@ -37,6 +39,7 @@ from contextcore.memory.models import (
     Written,
 )
 from contextcore.models import ResourceRef, make_subject_key
+from contextcore.sources.common import parse_uuid
 from contextcore.storage.tenancy import TenantConnection, TenantDatabase
 
 MAX_ATTEMPTS = 32
@@ -61,6 +64,17 @@ def subject_key(invoker: Invoker, candidate: MemoryCandidate) -> str:
     key = make_subject_key(ref, candidate.attribute)
     assert key is not None  # both parts are given
     return key
+
+
+def canonical(candidate: MemoryCandidate) -> MemoryCandidate:
+    """The candidate with a UUID-shaped ref id in its one canonical form (lower case, hyphens),
+    as the resolvers return it: ``6F9619FF…`` and ``6f9619ff-…`` name one row, so they must
+    make one subject key, one chain and one ``duplicate``."""
+    refs = []
+    for ref in candidate.subject_refs:
+        row_id = parse_uuid(ref.id)
+        refs.append(ref if row_id is None else ref.model_copy(update={"id": str(row_id)}))
+    return candidate.model_copy(update={"subject_refs": refs})
 
 
 def fingerprint(operation: str, invoker: Invoker, payload: object) -> str:
@@ -105,15 +119,23 @@ class MemoryService:
         digest: str,
         apply: Callable[[TenantConnection], Awaitable[Answer]],
     ) -> Answer:
-        async with self.database.writing(invoker.organization_id) as tenant:
-            if not await store.claim(tenant, key, digest, operation):
-                return await _replay(tenant, key, digest)
-            answer = await apply(tenant)
-            if isinstance(answer, Written):
-                await store.record(tenant, key, answer.change, None, answer.memory.id)
-            else:
-                await store.record(tenant, key, None, answer, None)
-            return answer
+        try:
+            async with self.database.writing(invoker.organization_id) as tenant:
+                if not await store.claim(tenant, key, digest, operation):
+                    return await _replay(tenant, key, digest)
+                answer = await apply(tenant)
+                if isinstance(answer, Written):
+                    await store.record(tenant, key, answer.change, None, answer.memory.id)
+                else:
+                    await store.record(tenant, key, None, answer, None)
+                return answer
+        except asyncpg.IntegrityConstraintViolationError as error:
+            # The database refuses what no retry will change: an organization that does not
+            # exist, a value past a constraint. Nothing was written, so nothing is journaled.
+            constraint = getattr(error, "constraint_name", None) or type(error).__name__
+            return Refusal(
+                reason="invalid_input", message=f"the database refused the write: {constraint}"
+            )
 
     async def _remember(
         self, tenant: TenantConnection, invoker: Invoker, candidate: MemoryCandidate
@@ -133,6 +155,7 @@ class MemoryService:
                 reason="trigger_user_scope",
                 message="a trigger has no user: organization scope only",
             )
+        candidate = canonical(candidate)
         key = subject_key(invoker, candidate)
         user_id = invoker.user_id if candidate.scope == "user" else None
         owner = user_id if user_id is not None else invoker.organization_id
@@ -178,17 +201,7 @@ class MemoryService:
                     reason="not_owner",
                     message=f"memory {memory_id} belongs to another definition or user",
                 )
-            tombstone = await store.append(
-                tenant,
-                definition_id=current.definition_id,
-                scope=current.scope,
-                user_id=current.user_id,
-                subject_key=current.subject_key,
-                text=None,
-                subject_refs=current.subject_refs,
-                supersedes_id=current.id,
-                run_id=invoker.run_id,
-            )
+            tombstone = await store.tombstone(tenant, current.id, invoker.run_id)
             if tombstone is not None:
                 return Written(change="forgotten", memory=tombstone)
         raise MemoryContention(f"lost the race to forget {memory_id} {MAX_ATTEMPTS} times")
@@ -208,8 +221,8 @@ async def _replay(tenant: TenantConnection, key: str, digest: str) -> Answer:
             message=f"idempotency key {key!r} was used for another call",
         )
     if row["outcome"] == "refused":
-        return Refusal(reason=row["reason"], message=row["message"] or "")
+        return Refusal(reason=row["reason"], message=row["message"] or "", replayed=True)
     memory = await store.by_id(tenant, row["memory_id"])
     if memory is None:  # the journal's foreign key keeps the revision: only a bug gets here
         raise LookupError(f"the journal of {key!r} names a revision that does not exist")
-    return Written(change=row["outcome"], memory=memory)
+    return Written(change=row["outcome"], memory=memory, replayed=True)

@@ -62,12 +62,30 @@ WHERE organization_id = $1 AND id = $2
 APPEND = TenantQuery(
     "memory.append",
     f"""
--- memory.append: one revision after the head the writer read ($8 null: the chain's root). No
+-- memory.append: one revision with text after the head the writer read ($8 null: the chain's
+-- root; a tombstone is memory.tombstone). No
 -- row back when another writer attached to that head (or rooted the chain) first: the unique
 -- constraints memories_one_child and memories_one_root conflict, and the writer reloads.
 INSERT INTO memories (organization_id, definition_id, scope, user_id, subject_key, text,
+                      subject_refs, supersedes_id, proposed_by_run_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
+ON CONFLICT DO NOTHING
+RETURNING {_COLUMNS}
+""",
+)
+
+TOMBSTONE = TenantQuery(
+    "memory.tombstone",
+    f"""
+-- memory.tombstone: forget the revision $2 by appending a tombstone after it, copying its chain
+-- identity and its stored subject_refs as they are (not as Python parsed them). No row back
+-- when another writer attached to it first.
+INSERT INTO memories (organization_id, definition_id, scope, user_id, subject_key, text,
                       subject_refs, supersedes_id, proposed_by_run_id, forgotten_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, CASE WHEN $10 THEN clock_timestamp() END)
+SELECT organization_id, definition_id, scope, user_id, subject_key, NULL,
+       subject_refs, id, $3, clock_timestamp()
+FROM memories
+WHERE organization_id = $1 AND id = $2
 ON CONFLICT DO NOTHING
 RETURNING {_COLUMNS}
 """,
@@ -101,7 +119,7 @@ RECORD = TenantQuery(
 -- memory.record: the answer of the call that claimed this key, in the claim's transaction
 UPDATE memory_writes
 SET outcome = $3, reason = $4, message = $5, memory_id = $6
-WHERE organization_id = $1 AND idempotency_key = $2
+WHERE organization_id = $1 AND idempotency_key = $2 AND outcome IS NULL
 """,
 )
 
@@ -143,26 +161,26 @@ async def append(
     scope: Scope,
     user_id: UUID | None,
     subject_key: str,
-    text: str | None,
+    text: str,
     subject_refs: list[MemorySubjectRef],
     supersedes_id: UUID | None,
     run_id: UUID | None,
 ) -> AgentMemory | None:
-    """The appended revision (``text`` ``None``: a tombstone), or ``None`` when another writer
-    attached to ``supersedes_id`` first."""
+    """The appended revision, or ``None`` when another writer attached to ``supersedes_id``
+    (or rooted the chain) first."""
     refs = json.dumps([ref.model_dump(exclude_none=True) for ref in subject_refs])
     row = await tenant.fetchrow(
-        APPEND,
-        definition_id,
-        scope,
-        user_id,
-        subject_key,
-        text,
-        refs,
-        supersedes_id,
-        run_id,
-        text is None,
+        APPEND, definition_id, scope, user_id, subject_key, text, refs, supersedes_id, run_id
     )
+    return None if row is None else memory_of(row)
+
+
+async def tombstone(
+    tenant: TenantConnection, memory_id: UUID, run_id: UUID | None
+) -> AgentMemory | None:
+    """The tombstone appended after ``memory_id``, or ``None`` when another writer attached to
+    it first."""
+    row = await tenant.fetchrow(TOMBSTONE, memory_id, run_id)
     return None if row is None else memory_of(row)
 
 

@@ -50,12 +50,17 @@ async def test_demo_applies_the_schema_starts_the_consumers_and_prints_the_reply
         "## Agents, workflows and skills",
         "## Run history",
         "## Knowledge",
+        "## Personal memory",
+        "## Memory",
     ):
         assert heading in text  # every source answered from the seeded demo rows
     assert "lifecycle_stage: customer" in text
     assert "Acme account handbook (organization): ready, 2 chunk(s)" in out
     assert "CRM basics (platform): ready, 1 chunk(s)" in out
     assert "Tuesday mornings" in text  # the organization's document answers the question
+    assert "preference.call_notes: written created" in out
+    assert "three bullet points" in text  # the user's own memory
+    assert "procurement portal" in text  # a memory about Acme, which resolves in this tenant
     deal = {"kind": "crm.deal", "id": "00000000-0000-4000-8000-0000000000d1", "label": None}
     assert deal in reply["brief"]["items"]
 

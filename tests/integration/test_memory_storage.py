@@ -164,7 +164,7 @@ class _named:
 
     def __exit__(self, *exc: object) -> None:
         if exc[0] is None:
-            raise AssertionError(f"a child changing its {self.what} was accepted")
+            raise AssertionError(f"{self.what}: the database accepted it")
 
 
 @pytest.mark.parametrize(
@@ -338,12 +338,14 @@ async def test_one_idempotency_key_is_one_answer_and_one_row(
     answers = await asyncio.gather(
         *(service.remember(user(), candidate("same call"), once) for _ in range(5))
     )
-    assert len({a.model_dump_json() for a in answers}) == 1
+    assert len({a.model_dump_json(exclude={"replayed"}) for a in answers}) == 1
+    assert sum(not a.replayed for a in answers) == 1  # one appended, four answered from the journal
     assert len(await chain(admin, ORG_A, "preference.language")) == 1
     # a refusal is journaled too: the same key is the same refusal
     again = key()
     duplicate = refused(await service.remember(user(), candidate("same call"), again), "duplicate")
-    assert await service.remember(user(), candidate("same call"), again) == duplicate
+    replayed = await service.remember(user(), candidate("same call"), again)
+    assert replayed == duplicate.model_copy(update={"replayed": True})
     reused = refused(
         await service.remember(user(), candidate("another call"), once), "invalid_input"
     )
@@ -388,3 +390,89 @@ async def test_writers_racing_on_one_chain_form_one_linear_chain(
         walked += 1
         current = by_id[current]["supersedes_id"]
     assert walked == len(rows)
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_what_the_database_refuses_is_answered_not_retried(
+    admin: asyncpg.Connection, service: MemoryService
+) -> None:
+    nowhere = user(uuid.uuid4())  # an organization that does not exist
+    answer = refused(await service.remember(nowhere, candidate("x"), key()), "invalid_input")
+    assert "memory_writes_organization_id_fkey" in answer.message
+    assert await admin.fetchval("SELECT count(*) FROM memory_writes") == 0
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_one_row_id_in_two_spellings_is_one_chain(service: MemoryService) -> None:
+    row = uuid.uuid4()
+    spellings = [row.hex.upper(), str(row), f"{{{row}}}"]
+    answers = [
+        await service.remember(
+            user(),
+            candidate(
+                "renews in March",
+                "observation.renewal",
+                scope="organization",
+                subject_refs=[MemorySubjectRef(kind="crm.company", id=spelling)],
+            ),
+            key(),
+        )
+        for spelling in spellings
+    ]
+    first = written(answers[0])
+    assert first.memory.subject_key == f"crm.company:{row}:observation.renewal"
+    assert first.memory.subject_refs[0].id == str(row)
+    for answer in answers[1:]:
+        refused(answer, "duplicate")
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_the_runtime_cannot_backdate_root_a_tombstone_or_rewrite_an_answer(
+    admin: asyncpg.Connection, service: MemoryService, database: Database
+) -> None:
+    once = key()
+    written(await service.remember(user(), candidate("kept"), once))
+    runtime = await asyncpg.connect(database.url)
+    try:
+        attempts = {
+            "backdate": (
+                "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
+                " created_at) VALUES ($1, $2, 'organization', $3, 'old', now() - interval '1y')",
+                asyncpg.InsufficientPrivilegeError,
+            ),
+            "choose the id": (
+                "INSERT INTO memories (organization_id, id, definition_id, scope, subject_key,"
+                " text) VALUES ($1, gen_random_uuid(), $2, 'organization', $3, 'mine')",
+                asyncpg.InsufficientPrivilegeError,
+            ),
+            "a tombstone as a root": (
+                "INSERT INTO memories (organization_id, definition_id, scope, subject_key,"
+                " forgotten_at) VALUES ($1, $2, 'organization', $3, now())",
+                asyncpg.CheckViolationError,
+            ),
+        }
+        for what, (statement, error) in attempts.items():
+            async with runtime.transaction():
+                await runtime.execute(
+                    "SELECT set_config('role', 'contextcore_app', true),"
+                    " set_config('contextcore.organization_id', $1, true)",
+                    str(ORG_A),
+                )
+                with pytest.raises(error), _named(what):
+                    await runtime.execute(
+                        statement, ORG_A, DEFINITION, f"organization:{ORG_A}:observation.sneak"
+                    )
+        async with runtime.transaction():
+            await runtime.execute(
+                "SELECT set_config('role', 'contextcore_app', true),"
+                " set_config('contextcore.organization_id', $1, true)",
+                str(ORG_A),
+            )
+            with pytest.raises(asyncpg.PostgresError, match="never changes"):
+                await runtime.execute(
+                    "UPDATE memory_writes SET outcome = 'refused', reason = 'duplicate'"
+                    " WHERE idempotency_key = $1",
+                    once,
+                )
+    finally:
+        await runtime.close()
