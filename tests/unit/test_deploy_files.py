@@ -11,13 +11,28 @@ import yaml
 
 from broker.settings import KafkaSettings, TopicSettings
 from consumers.build.settings import BuildSettings
+from consumers.embed.settings import EmbedSettings
+from consumers.memory.settings import MemorySettings
+from consumers.sweep.app import SweepSettings
+from consumers.upload.settings import UploadSettings
+from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
 SETTINGS = {
     f"{group.model_config.get('env_prefix', '')}{name}".upper()
-    for group in (KafkaSettings, TopicSettings, BuildSettings, DatabaseSettings)
+    for group in (
+        KafkaSettings,
+        TopicSettings,
+        DatabaseSettings,
+        BuildSettings,
+        MemorySettings,
+        UploadSettings,
+        EmbedSettings,
+        SweepSettings,
+        KnowledgeSettings,
+    )
     for name in group.model_fields
 }
 
