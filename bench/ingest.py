@@ -26,15 +26,18 @@ import functools
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
 
 import asyncpg
 
-from bench.processes import machine_busy_seconds, peak_rss_mb, tree_cpu_seconds
+from bench.processes import (
+    machine_busy_seconds,
+    peak_rss_mb,
+    start_consumer,
+    tree_cpu_seconds,
+)
 from bench.quality import CACHE, fetch
 from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
@@ -42,20 +45,6 @@ from broker.topics import ensure_topics, upload_topics
 from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
 from contextcore.knowledge.settings import KnowledgeSettings
 from devstack.stack import DevStack
-
-
-def start(consumer: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "consumers.cli", "serve", consumer],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith(f"{consumer} consumer ready".encode()):
-        raise RuntimeError(f"the {consumer} consumer did not start: {line!r}")
-    return process
 
 
 def documents(count: int) -> list[tuple[str, bytes]]:
@@ -110,8 +99,8 @@ async def main() -> None:
         env["CONTEXTCORE_EMBED_MAX_IN_FLIGHT"] = str(args.embed_in_flight)
     docs = documents(args.documents)
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of HTML")
-    upload = start("upload", env)
-    embed = start("embed", env)
+    upload = start_consumer("upload", env)
+    embed = start_consumer("embed", env)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     reader = Consumer(
         {

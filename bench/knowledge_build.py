@@ -16,14 +16,13 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 import uuid
 
 import asyncpg
 import numpy as np
 
-from bench.processes import peak_rss_mb
+from bench.processes import peak_rss_mb, start_consumer
 from bench.quality import CACHE, sets
 from bench.search import base_vectors, seed
 from bench.seeded import drop, prepare
@@ -47,20 +46,6 @@ POLICY = ContextPolicy(
         )
     ],
 )
-
-
-def start_build(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    consumer = subprocess.Popen(
-        [sys.executable, "-m", "consumers.cli", "serve", "build"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert consumer.stdout is not None
-    line = consumer.stdout.readline()
-    if not line.startswith(b"build consumer ready"):
-        raise RuntimeError(f"the build consumer did not start: {line!r}")
-    return consumer
 
 
 async def main() -> None:
@@ -106,7 +91,7 @@ async def main() -> None:
         "CONTEXTCORE_BUILD_PRELOAD_ENCODER": "true",
         "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
     }
-    consumer = start_build(env)
+    consumer = start_consumer("build", env, stderr=subprocess.PIPE)
     print(f"build consumer ready, RSS {peak_rss_mb(consumer.pid):.0f} MB with the encoder loaded")
     kafka = KafkaSettings.model_construct(
         bootstrap_servers=bootstrap, fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS

@@ -23,14 +23,12 @@ import os
 import random
 import signal
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 
 import asyncpg
 
-from bench.processes import peak_rss_mb, tree_cpu_seconds
+from bench.processes import peak_rss_mb, start_consumer, tree_cpu_seconds
 from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, memory_topics
@@ -45,20 +43,6 @@ ORGANIZATIONS = 100
 PER_ORGANIZATION = 10_000
 DEFINITIONS = 4
 USERS = 10
-
-
-def start_consumer(env: dict[str, str]) -> subprocess.Popen[bytes]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "consumers.cli", "serve", "memory"],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    if not line.startswith(b"memory consumer ready"):
-        raise RuntimeError(f"the memory consumer did not start: {line!r}")
-    return process
 
 
 async def writes(
@@ -240,7 +224,7 @@ async def main() -> None:
                 "CONTEXTCORE_MEMORY_GROUP_ID": f"bench-{tag}-memory",
                 "CONTEXTCORE_MEMORY_METRICS_PORT": "0",
             }
-            consumer = start_consumer(env)
+            consumer = start_consumer("memory", env)
             stack = DevStack()
             postgres = int((stack.pg_data / "postmaster.pid").read_text().split()[0])
             tansu = int(stack.broker_pid_file.read_text())

@@ -1,4 +1,5 @@
-"""What a process cost: its peak RSS, and the CPU seconds of it and everything it started.
+"""The benches' consumer processes, and what a process cost: its peak RSS, and the CPU seconds
+of it and everything it started.
 
 Read from ``/proc`` (Linux), so the benches need nothing beyond the standard library to say
 where a run's CPU went.
@@ -7,9 +8,28 @@ where a run's CPU went.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def start_consumer(
+    consumer: str, env: dict[str, str], *, stderr: int = subprocess.DEVNULL
+) -> subprocess.Popen[bytes]:
+    """``contextcore serve <consumer>`` in its own process, once it says it is ready."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "consumers.cli", "serve", consumer],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+    )
+    assert process.stdout is not None
+    line = process.stdout.readline()
+    if not line.startswith(f"{consumer} consumer ready".encode()):
+        raise RuntimeError(f"the {consumer} consumer did not start: {line!r}")
+    return process
 
 
 def peak_rss_mb(pid: int) -> float:
