@@ -16,16 +16,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from pydantic import ValidationError
-
 from consumers.build.metrics import BuildMetrics
+from consumers.runtime.decoding import decode_request
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
 from contextcore.builder import ContextBuilder
-from contextcore.errors import PolicyError, RequiredContextSourceError, validation_lines
+from contextcore.errors import PolicyError, RequiredContextSourceError
 from contextcore.registry import ContextSourceRegistry
-from schemas import wire
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo, parse_build_request
-from schemas.envelope import printable, reply_address
+from schemas.envelope import printable
 
 log = logging.getLogger("contextcore.build")
 
@@ -45,6 +43,11 @@ def _internal_error(correlation_id: str) -> Callable[[str], BuildReplyV1]:
         return BuildReplyV1.failed(correlation_id, info)
 
     return fallback
+
+
+def _refuse(topic: str, correlation_id: str, message: str, details: list[str]) -> Reply:
+    info = ErrorInfo(code="invalid_request", message=message, details=details)
+    return _error_reply((topic, correlation_id), info)
 
 
 def _error_reply(address: tuple[str, str], info: ErrorInfo) -> Reply:
@@ -89,33 +92,9 @@ class BuildHandler:
 
     def decode(self, value: bytes | None) -> tuple[BuildRequestV1, int] | Reply | DeadLetter:
         """The request and its count of dropped entities, or what to answer instead."""
-        try:
-            data = wire.decode(value, lenient=(ENTITIES,))
-        except wire.WireError as error:
-            address = wire.address_of(value)
-            if address is None:
-                return DeadLetter(error.cause, str(error))
-            info = ErrorInfo(
-                code="invalid_request",
-                message="the build request is not JSON this service accepts",
-                details=[str(error)],
-            )
-            return _error_reply(address, info)
-        try:
-            return parse_build_request(data)
-        except ValidationError as error:
-            lines = [printable(line) for line in validation_lines(error)]
-            address = reply_address(data)
-            if address is None:
-                return DeadLetter(
-                    "invalid",
-                    "invalid build request without a usable reply_to/correlation_id: "
-                    + "; ".join(lines)[:2_000],
-                )
-            info = ErrorInfo(
-                code="invalid_request", message="the build request is invalid", details=lines
-            )
-            return _error_reply(address, info)
+        return decode_request(
+            value, parse_build_request, "build request", _refuse, lenient=(ENTITIES,)
+        )
 
     async def answer(self, envelope: BuildRequestV1, dropped: int) -> BuildReplyV1:
         """Admission, the resume rule, then the build; every outcome is a reply."""

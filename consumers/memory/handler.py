@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from pydantic import ValidationError
-
 from consumers.memory.metrics import MemoryMetrics
+from consumers.runtime.decoding import decode_request
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
-from contextcore.errors import validation_lines
 from contextcore.memory.models import Written
 from contextcore.memory.service import MemoryContention, MemoryService
-from schemas import wire
-from schemas.envelope import printable, reply_address
+from schemas.envelope import printable
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, parse_memory_write
 
 
@@ -57,32 +54,13 @@ class MemoryHandler:
         return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
 
     def decode(self, value: bytes | None) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
-        try:
-            data = wire.decode(value)
-        except wire.WireError as error:
-            address = wire.address_of(value)
-            if address is None:
-                return DeadLetter(error.cause, str(error))
-            return self._invalid(*address, "the call is not JSON this service accepts", [])
-        try:
-            return parse_memory_write(data)
-        except ValidationError as error:
-            lines = [printable(line) for line in validation_lines(error)]
-            address = reply_address(data)
-            if address is None:
-                return DeadLetter(
-                    "invalid",
-                    "invalid memory write without a usable reply_to/correlation_id: "
-                    + "; ".join(lines)[:2_000],
-                )
-            return self._invalid(*address, "the call is invalid", lines)
+        return decode_request(value, parse_memory_write, "memory write", self._invalid)
 
     def _invalid(self, topic: str, correlation_id: str, message: str, lines: list[str]) -> Reply:
         self.metrics.writes.labels(
             operation="unknown", outcome="refused", reason="invalid_input"
         ).inc()
-        answer = _refused(correlation_id, message, lines)
-        return _reply(topic, answer)
+        return _reply(topic, _refused(correlation_id, message, lines))
 
 
 def _refused(correlation_id: str, message: str, details: list[str]) -> MemoryAnswerV1:

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from pydantic import ValidationError
-
+from consumers.runtime.decoding import decode_request
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.records import (
     DeadLetter,
@@ -29,11 +28,8 @@ from consumers.runtime.records import (
 )
 from consumers.upload.metrics import UploadMetrics
 from consumers.upload.replies import rejected, reply, status_of
-from contextcore.errors import validation_lines
 from contextcore.knowledge.ingest import Batch, Ingestion, Reingest, Upload
 from contextcore.knowledge.objects import ObjectError, ObjectUnavailable
-from schemas import wire
-from schemas.envelope import printable, reply_address
 from schemas.upload import (
     EmbedBatchV1,
     EmbedChunkV1,
@@ -149,27 +145,8 @@ class UploadHandler:
     def decode(
         self, value: bytes | None
     ) -> UploadRequestV1 | ReingestRequestV1 | Reply | DeadLetter:
-        try:
-            data = wire.decode(value)
-        except wire.WireError as error:
-            address = wire.address_of(value)
-            if address is None:
-                return DeadLetter(error.cause, str(error))
-            topic, correlation_id = address
-            message = rejected(correlation_id, "the upload is not JSON this service accepts")
-            return reply(topic, correlation_id, message)
-        try:
-            return parse_upload_topic(data)
-        except ValidationError as error:
-            lines = [printable(line) for line in validation_lines(error)]
-            address = reply_address(data)
-            if address is None:
-                return DeadLetter(
-                    "invalid",
-                    "invalid upload without a usable reply_to/correlation_id: "
-                    + "; ".join(lines)[:2_000],
-                )
-            topic, correlation_id = address
-            return reply(
-                topic, correlation_id, rejected(correlation_id, "the upload is invalid", lines)
-            )
+        return decode_request(value, parse_upload_topic, "upload", _refuse)
+
+
+def _refuse(topic: str, correlation_id: str, message: str, details: list[str]) -> Reply:
+    return reply(topic, correlation_id, rejected(correlation_id, message, details))
