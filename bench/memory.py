@@ -59,7 +59,7 @@ async def writes(
             bootstrap_servers=bootstrap,
             memory_topic=topics.memory_write,
             reply_topic_prefix=topics.reply_prefix,
-            fetch_max_wait_ms=2,
+            fetch_max_wait_ms=20,
         )
         for _ in range(producers)
     ]
@@ -218,7 +218,9 @@ async def main() -> None:
             env = {
                 **{k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")},
                 "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
-                "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": "2",
+                # not the dev stack's 2 ms: Tansu starves a lagging consumer whose poll is
+                # short, and a partition stalls (docs/delivery.md)
+                "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": "100",
                 "CONTEXTCORE_DATABASE_URL": seeded.url,
                 "CONTEXTCORE_TOPIC_MEMORY_WRITE": topics.memory_write,
                 "CONTEXTCORE_MEMORY_GROUP_ID": f"bench-{tag}-memory",

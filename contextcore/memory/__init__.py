@@ -1,6 +1,6 @@
 """Agent memory: append-only revision chains the database protects (docs/memory.md).
 
 models.py    what a write takes and answers, the stored revision, the stored-ref parser
-store.py     named SQL on memories, memory_heads and the memory_writes journal
-service.py   MemoryService: the rules of memory.remember and memory.forget
+store.py     the write path's one statement: memory_apply (migration 00011), and its answers
+service.py   MemoryService: the rules that need no row, and writes in batches (group commit)
 """

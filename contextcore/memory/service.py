@@ -1,54 +1,49 @@
 """``MemoryService``: the one writer of agent memory (``memory.remember``, ``memory.forget``).
 
-Every call is one transaction in the caller's organization, and in it:
+A call is decided in two places:
 
-1. the journal claims the idempotency key (``memory_writes``). A key used before is answered
-   from the journal: the same answer, no second row, also after a crash between the insert and
-   the commit (then neither the claim nor the revision exists, and the redelivery applies it).
-2. the rules decide, in this order: a workflow node is refused; an attribute outside the
-   ``observation.`` and ``preference.`` namespaces is refused; a trigger cannot write user scope.
-3. the writer reads the chain's exact head and appends one revision after it. Identical text
-   under a live head is a refusal (``duplicate``); different text supersedes; text after a
-   tombstone revives the chain. Two writers can read one head, but only one can attach to it
-   (``memories_one_child``, ``memories_one_root``): the loser's insert returns nothing, and it
-   reads the new head and decides again. Never two children, never half a supersede.
-4. the journal records the answer.
+1. here, the rules that need no row, in this order: a workflow node is refused; an attribute
+   outside the ``observation.`` and ``preference.`` namespaces is refused; a trigger cannot
+   write user scope. Then the subject key (from the one subject ref, or the scope owner) and
+   the request's fingerprint;
+2. in the database, ``memory_apply`` (migration 00011), next to the rows: the journal's answer
+   to a key used before (the same answer, no second row, also after a crash between the
+   insert and the commit, when neither exists); the chain's exact head, then ``duplicate``,
+   or one revision appended after it; for a forget, ``not_live`` / ``not_owner`` or a
+   tombstone; then the journal row with the answer. Two writers can read one head, but only
+   one can attach to it (``memories_one_child``, ``memories_one_root``): the loser reads the
+   new head and decides again. Never two children, never half a supersede.
 
-A forget names a current live revision (else ``not_live``) of the caller's definition, and of
-the caller's user for a user memory (else ``not_owner``), and appends a tombstone after it.
+Calls are applied in batches (group commit): a call waits while ``concurrency`` batches are in
+the database, and the calls that gathered meanwhile go together, up to ``max_batch``, in one
+transaction and one round trip. Alone, a call is a batch of one and waits for nothing. A batch
+the database refuses (one write breaks a constraint, a deadlock) rolls back whole and its
+writes are applied one by one, so one bad write costs only its own answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
-from collections.abc import Awaitable, Callable
+from collections import deque
+from typing import Any
 from uuid import UUID
 
 import asyncpg
 
 from contextcore.errors import ContextcoreError
 from contextcore.memory import store
-from contextcore.memory.models import (
-    NAMESPACES,
-    AgentMemory,
-    Answer,
-    Invoker,
-    MemoryCandidate,
-    Refusal,
-    Written,
-)
+from contextcore.memory.models import NAMESPACES, Answer, Invoker, MemoryCandidate, Refusal
 from contextcore.models import ResourceRef, make_subject_key
 from contextcore.sources.common import parse_uuid
-from contextcore.storage.tenancy import TenantConnection, TenantDatabase
-
-MAX_ATTEMPTS = 32
-"""How many times a writer may lose the race for one head in one call. Each loss means another
-write of the same chain committed, so the bound is never reached under a sane load."""
+from contextcore.storage.tenancy import TenantDatabase
 
 
 class MemoryContention(ContextcoreError):
-    """A writer lost the race for one chain's head :data:`MAX_ATTEMPTS` times in one call."""
+    """A write lost the race for one chain's head 32 times in one call, or a writer of the same
+    idempotency key committed while it ran. Nothing of it was written: the caller retries
+    later (and then a replay answers it from the journal)."""
 
 
 def subject_key(invoker: Invoker, candidate: MemoryCandidate) -> str:
@@ -86,49 +81,115 @@ def fingerprint(operation: str, invoker: Invoker, payload: object) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+Write = dict[str, Any]
+"""One call as ``memory_apply`` takes it (migration 00011)."""
+
+
 class MemoryService:
-    def __init__(self, database: TenantDatabase) -> None:
+    def __init__(
+        self, database: TenantDatabase, *, max_batch: int = 64, concurrency: int = 2
+    ) -> None:
+        if max_batch < 1 or concurrency < 1:
+            raise ValueError("a batch holds at least one write, and one batch at least runs")
         self.database = database
+        self.max_batch = max_batch
+        self.concurrency = concurrency
+        self._queue: deque[tuple[Write, asyncio.Future[Answer]]] = deque()
+        self._draining = 0
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def remember(
         self, invoker: Invoker, candidate: MemoryCandidate, idempotency_key: str
     ) -> Answer:
         payload = candidate.model_dump(mode="json")
-        return await self._once(
-            invoker,
-            idempotency_key,
-            "remember",
-            fingerprint("remember", invoker, payload),
-            lambda tenant: self._remember(tenant, invoker, candidate),
+        write = _write(invoker, idempotency_key, "remember", payload)
+        refusal = _remember_refusal(invoker, candidate)
+        if refusal is not None:
+            return await self._submit(_refused(write, refusal))
+        candidate = canonical(candidate)
+        user_id = invoker.user_id if candidate.scope == "user" else None
+        owner = user_id if user_id is not None else invoker.organization_id
+        refs = [ref.model_dump(exclude_none=True) for ref in candidate.subject_refs]
+        write.update(
+            scope=candidate.scope,
+            user_id=None if user_id is None else str(user_id),
+            scope_owner_id=str(owner),
+            subject_key=subject_key(invoker, candidate),
+            text=candidate.text,
+            subject_refs=refs,
         )
+        return await self._submit(write)
 
     async def forget(self, invoker: Invoker, memory_id: UUID, idempotency_key: str) -> Answer:
-        return await self._once(
-            invoker,
-            idempotency_key,
-            "forget",
-            fingerprint("forget", invoker, str(memory_id)),
-            lambda tenant: self._forget(tenant, invoker, memory_id),
+        write = _write(invoker, idempotency_key, "forget", str(memory_id))
+        if invoker.workflow_node:
+            return await self._submit(_refused(write, _WORKFLOW_NODE))
+        write.update(
+            memory_id=str(memory_id),
+            user_id=None if invoker.user_id is None else str(invoker.user_id),
         )
+        return await self._submit(write)
 
-    async def _once(
-        self,
-        invoker: Invoker,
-        key: str,
-        operation: str,
-        digest: str,
-        apply: Callable[[TenantConnection], Awaitable[Answer]],
-    ) -> Answer:
+    # ------------------------------------------------------------------ group commit
+
+    async def _submit(self, write: Write) -> Answer:
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._queue.append((write, future))
+        if self._draining < self.concurrency:
+            self._draining += 1
+            task = asyncio.create_task(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        # a cancelled caller (a handler timeout) leaves its write to the batch: it commits or
+        # not, and the redelivered call is answered from the journal either way
+        return await asyncio.shield(future)
+
+    async def _drain(self) -> None:
+        """Apply batches until the queue is empty. The last look at the queue and the count
+        going down happen with no await between them, so no write is left behind."""
         try:
-            async with self.database.writing(invoker.organization_id) as tenant:
-                if not await store.claim(tenant, key, digest, operation):
-                    return await _replay(tenant, key, digest)
-                answer = await apply(tenant)
-                if isinstance(answer, Written):
-                    await store.record(tenant, key, answer.change, None, answer.memory.id)
-                else:
-                    await store.record(tenant, key, None, answer, None)
-                return answer
+            while self._queue:
+                size = min(self.max_batch, len(self._queue))
+                batch = [self._queue.popleft() for _ in range(size)]
+                try:
+                    await self._apply(batch)
+                except Exception as error:  # the database is unreachable: every waiter hears
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(error)
+                except BaseException:
+                    for _, future in batch:
+                        future.cancel()
+                    raise
+        finally:
+            self._draining -= 1
+
+    async def _apply(self, batch: list[tuple[Write, asyncio.Future[Answer]]]) -> None:
+        # one order for every batch, so two batches lock rows in the same order
+        batch = sorted(batch, key=lambda item: _lock_order(item[0]))
+        if len(batch) > 1:
+            try:
+                answers = await self._transaction([write for write, _ in batch])
+            except asyncpg.PostgresError:
+                pass  # one write is refused, or a deadlock: apply them one by one
+            else:
+                for (_, future), answer in zip(batch, answers, strict=True):
+                    if not future.done():
+                        future.set_result(answer)
+                return
+        for write, future in batch:
+            try:
+                answer = await self._one(write)
+            except Exception as error:  # this write's own failure
+                if not future.done():
+                    future.set_exception(error)
+            else:
+                if not future.done():
+                    future.set_result(answer)
+
+    async def _one(self, write: Write) -> Answer:
+        try:
+            (answer,) = await self._transaction([write])
         except asyncpg.IntegrityConstraintViolationError as error:
             # The database refuses what no retry will change: an organization that does not
             # exist, a value past a constraint. Nothing was written, so nothing is journaled.
@@ -136,93 +197,51 @@ class MemoryService:
             return Refusal(
                 reason="invalid_input", message=f"the database refused the write: {constraint}"
             )
+        except asyncpg.PostgresError as error:
+            if error.sqlstate in (store.LOST_THE_RACE, store.WRITTEN_CONCURRENTLY):
+                raise MemoryContention(str(error)) from error
+            raise
+        return answer
 
-    async def _remember(
-        self, tenant: TenantConnection, invoker: Invoker, candidate: MemoryCandidate
-    ) -> Answer:
-        if invoker.workflow_node:
-            return Refusal(
-                reason="workflow_node", message="a workflow tool node cannot write memory"
-            )
-        if not candidate.attribute.startswith(NAMESPACES) or candidate.attribute in NAMESPACES:
-            return Refusal(
-                reason="namespace",
-                message=f"attribute {candidate.attribute!r} is not observation.<name> "
-                "or preference.<name>",
-            )
-        if candidate.scope == "user" and invoker.user_id is None:
-            return Refusal(
-                reason="trigger_user_scope",
-                message="a trigger has no user: organization scope only",
-            )
-        candidate = canonical(candidate)
-        key = subject_key(invoker, candidate)
-        user_id = invoker.user_id if candidate.scope == "user" else None
-        owner = user_id if user_id is not None else invoker.organization_id
-        for _ in range(MAX_ATTEMPTS):
-            current = await store.head(tenant, invoker.definition_id, candidate.scope, owner, key)
-            if current is not None and current.text == candidate.text:
-                return Refusal(
-                    reason="duplicate",
-                    message=f"memory {current.id} already says this under {key}",
-                )
-            appended = await store.append(
-                tenant,
-                definition_id=invoker.definition_id,
-                scope=candidate.scope,
-                user_id=user_id,
-                subject_key=key,
-                text=candidate.text,
-                subject_refs=candidate.subject_refs,
-                supersedes_id=None if current is None else current.id,
-                run_id=invoker.run_id,
-            )
-            if appended is not None:
-                if current is None:
-                    return Written(change="created", memory=appended)
-                change = "revived" if current.forgotten_at is not None else "superseded"
-                return Written(change=change, memory=appended)
-        raise MemoryContention(f"lost the race for the head of {key} {MAX_ATTEMPTS} times")
-
-    async def _forget(self, tenant: TenantConnection, invoker: Invoker, memory_id: UUID) -> Answer:
-        if invoker.workflow_node:
-            return Refusal(
-                reason="workflow_node", message="a workflow tool node cannot write memory"
-            )
-        for _ in range(MAX_ATTEMPTS):
-            current = await store.head_by_id(tenant, memory_id)
-            if current is None or current.forgotten_at is not None:
-                return Refusal(
-                    reason="not_live",
-                    message=f"{memory_id} is not the current live revision of a memory",
-                )
-            if not _owns(invoker, current):
-                return Refusal(
-                    reason="not_owner",
-                    message=f"memory {memory_id} belongs to another definition or user",
-                )
-            tombstone = await store.tombstone(tenant, current.id, invoker.run_id)
-            if tombstone is not None:
-                return Written(change="forgotten", memory=tombstone)
-        raise MemoryContention(f"lost the race to forget {memory_id} {MAX_ATTEMPTS} times")
+    async def _transaction(self, writes: list[Write]) -> list[Answer]:
+        async with self.database.writing_each() as conn:
+            return await store.apply(conn, writes)
 
 
-def _owns(invoker: Invoker, memory: AgentMemory) -> bool:
-    if memory.definition_id != invoker.definition_id:
-        return False
-    return memory.scope == "organization" or memory.user_id == invoker.user_id
+_WORKFLOW_NODE = Refusal(reason="workflow_node", message="a workflow tool node cannot write memory")
 
 
-async def _replay(tenant: TenantConnection, key: str, digest: str) -> Answer:
-    row = await store.journal(tenant, key)
-    if row["request_sha256"] != digest:
+def _remember_refusal(invoker: Invoker, candidate: MemoryCandidate) -> Refusal | None:
+    """The first rule that refuses the call without reading a row, in the spec's order."""
+    if invoker.workflow_node:
+        return _WORKFLOW_NODE
+    if not candidate.attribute.startswith(NAMESPACES) or candidate.attribute in NAMESPACES:
         return Refusal(
-            reason="invalid_input",
-            message=f"idempotency key {key!r} was used for another call",
+            reason="namespace",
+            message=f"attribute {candidate.attribute!r} is not observation.<name> "
+            "or preference.<name>",
         )
-    if row["outcome"] == "refused":
-        return Refusal(reason=row["reason"], message=row["message"] or "", replayed=True)
-    memory = await store.by_id(tenant, row["memory_id"])
-    if memory is None:  # the journal's foreign key keeps the revision: only a bug gets here
-        raise LookupError(f"the journal of {key!r} names a revision that does not exist")
-    return Written(change=row["outcome"], memory=memory, replayed=True)
+    if candidate.scope == "user" and invoker.user_id is None:
+        return Refusal(
+            reason="trigger_user_scope", message="a trigger has no user: organization scope only"
+        )
+    return None
+
+
+def _write(invoker: Invoker, key: str, operation: str, payload: object) -> Write:
+    return {
+        "organization_id": str(invoker.organization_id),
+        "idempotency_key": key,
+        "request_sha256": fingerprint(operation, invoker, payload),
+        "operation": operation,
+        "definition_id": str(invoker.definition_id),
+        "run_id": None if invoker.run_id is None else str(invoker.run_id),
+    }
+
+
+def _refused(write: Write, refusal: Refusal) -> Write:
+    return {**write, "refusal": {"reason": refusal.reason, "message": refusal.message}}
+
+
+def _lock_order(write: Write) -> tuple[str, str]:
+    return write["organization_id"], write.get("subject_key") or write.get("memory_id") or ""

@@ -146,9 +146,23 @@ class TenantDatabase:
             yield tenant
 
     @asynccontextmanager
+    async def writing_each(self) -> AsyncIterator[Connection]:
+        """A read-write transaction as the service role in no scope at all, for one SQL
+        function that names the organization of each row itself before it touches the row
+        (``memory_apply``: one transaction for many organizations' writes).
+
+        Until such a function names one, row-level security matches no row: a statement run
+        here that forgot to scope itself reads and writes nothing. Only functions whose
+        migration documents that they scope every row belong in this transaction.
+        """
+        async with self._transaction(None, readonly=False) as tenant:
+            yield tenant._conn
+
+    @asynccontextmanager
     async def _transaction(
-        self, scope: Scope, *, readonly: bool
+        self, scope: Scope | None, *, readonly: bool
     ) -> AsyncIterator[TenantConnection]:
+        """``scope`` ``None``: no organization and not the platform (:meth:`writing_each`)."""
         if self.pool is None:
             raise InfrastructureUnavailable("this process has no database pool")
         organization = scope if isinstance(scope, UUID) else None
@@ -157,7 +171,7 @@ class TenantDatabase:
             role=self.role,
             # a plain UUID's text, whatever subclass the caller passed
             organization="" if organization is None else str(UUID(int=organization.int)),
-            platform="on" if organization is None else "",
+            platform="on" if isinstance(scope, Platform) else "",
         )
         async with self.pool.acquire() as conn:
             try:

@@ -398,8 +398,9 @@ async def test_what_the_database_refuses_is_answered_not_retried(
 ) -> None:
     nowhere = user(uuid.uuid4())  # an organization that does not exist
     answer = refused(await service.remember(nowhere, candidate("x"), key()), "invalid_input")
-    assert "memory_writes_organization_id_fkey" in answer.message
+    assert "memories_organization_id_fkey" in answer.message  # the revision comes first
     assert await admin.fetchval("SELECT count(*) FROM memory_writes") == 0
+    assert await admin.fetchval("SELECT count(*) FROM memories") == 0
 
 
 @pytest.mark.usefixtures("tenants")
@@ -476,3 +477,99 @@ async def test_the_runtime_cannot_backdate_root_a_tombstone_or_rewrite_an_answer
                 )
     finally:
         await runtime.close()
+
+
+# ------------------------------------------------------------------ many writes, one transaction
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_batch_applies_writes_of_one_chain_in_order_and_replays_a_repeated_key(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    # concurrency 1: calls made together gather into one batch, one transaction
+    service = MemoryService(tenant_db, max_batch=64, concurrency=1)
+    repeated = key()
+    answers = await asyncio.gather(
+        service.remember(user(), candidate("another chain", "observation.other"), key()),
+        service.remember(user(), candidate("English"), key()),
+        service.remember(user(), candidate("German"), repeated),
+        service.remember(user(), candidate("German"), repeated),
+        service.remember(user(), candidate("German"), key()),
+        service.remember(user(), candidate("English"), key()),
+    )
+    assert [written(a).change for a in answers[1:3]] == ["created", "superseded"]
+    replay = written(answers[3])
+    assert replay.replayed
+    assert replay.memory == written(answers[2]).memory
+    refused(answers[4], "duplicate")
+    assert written(answers[5]).change == "superseded"
+    rows = await chain(admin, ORG_A, "preference.language")
+    parents = {row["supersedes_id"] for row in rows}
+    assert len(rows) == 3
+    assert len(parents) == 3
+    assert await admin.fetchval("SELECT count(*) FROM memory_writes") == 6 - 1  # one replay
+    # one transaction: every journal row carries its start time
+    assert await admin.fetchval("SELECT count(DISTINCT created_at) FROM memory_writes") == 1
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_write_the_database_refuses_costs_only_its_own_answer_in_a_batch(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    service = MemoryService(tenant_db, max_batch=64, concurrency=1)
+    nowhere = user(uuid.uuid4())  # an organization that does not exist
+    answers = await asyncio.gather(
+        service.remember(user(), candidate("another chain", "observation.other"), key()),
+        service.remember(user(), candidate("English"), key()),
+        service.remember(nowhere, candidate("English"), key()),
+        service.remember(user(ORG_B), candidate("Dutch"), key()),
+        service.forget(user(ORG_B), uuid.uuid4(), key()),
+    )
+    assert written(answers[1]).change == "created"
+    refused(answers[2], "invalid_input")
+    assert written(answers[3]).memory.organization_id == ORG_B
+    refused(answers[4], "not_live")
+    assert await admin.fetchval("SELECT count(*) FROM memories") == 3
+    # the batch rolled back whole, then each write went alone: four journaled answers, four
+    # transactions (the refused organization has none)
+    assert await admin.fetchval("SELECT count(DISTINCT created_at) FROM memory_writes") == 4
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_batch_never_reaches_another_tenants_memory(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    service = MemoryService(tenant_db, max_batch=64, concurrency=1)
+    a_memory = written(await service.remember(user(ORG_A), candidate("English"), key())).memory
+    answers = await asyncio.gather(
+        service.remember(user(ORG_A), candidate("another chain", "observation.other"), key()),
+        service.forget(user(ORG_B), a_memory.id, key()),  # B names A's live memory
+        service.remember(user(ORG_B), candidate("English"), key()),  # B's own chain, A's key
+    )
+    refused(answers[1], "not_live")
+    b_memory = written(answers[2]).memory
+    assert b_memory.organization_id == ORG_B
+    assert b_memory.supersedes_id is None
+    heads = await admin.fetch("SELECT organization_id, id FROM memory_heads")
+    assert {(row["organization_id"], row["id"]) for row in heads} >= {
+        (ORG_A, a_memory.id),
+        (ORG_B, b_memory.id),
+    }
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_an_unscoped_transaction_sees_and_writes_no_memory(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, service: MemoryService
+) -> None:
+    written(await service.remember(user(), candidate("English"), key()))
+    async with tenant_db.writing_each() as conn:
+        assert await conn.fetchval("SELECT count(*) FROM memories") == 0
+        assert await conn.fetchval("SELECT count(*) FROM memory_writes") == 0
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):  # RLS: no scope, no insert
+            await conn.execute(
+                "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text)"
+                " VALUES ($1, $2, 'organization',"
+                " 'organization:' || $1::uuid::text || ':observation.x', 'x')",
+                ORG_A,
+                DEFINITION,
+            )
