@@ -146,7 +146,10 @@ async def seed_memories(admin: asyncpg.Connection, orgs: list[uuid.UUID]) -> Non
                    CASE WHEN n % 50 = 0 THEN now() END,
                    created_at + interval '1 millisecond'
             FROM (SELECT *, row_number() OVER (ORDER BY created_at) AS n
-                  FROM memories WHERE organization_id = $1) AS m
+                  FROM memories
+                  -- the seeded roots only: the write phase's chains have children already
+                  WHERE organization_id = $1 AND supersedes_id IS NULL
+                    AND split_part(subject_key, ':', 3) LIKE 'observation.f%') AS m
             WHERE n % 10 = 0 OR n % 50 = 0
             """,
             org,

@@ -13,5 +13,7 @@ class MemorySettings(ConsumerSettings):
 
     group_id: str = "contextcore-memory"
     metrics_port: int = Field(default=9468, ge=0, le=65535)
-    max_in_flight: int = Field(default=64, ge=1, le=10_000)
-    """Writes at once: each is one short transaction; the pool bounds the database side."""
+    max_in_flight: int = Field(default=256, ge=1, le=10_000)
+    """Writes at once. They go to the database in batches of up to 64, two batches at a time
+    (``MemoryService``): more writes waiting make fuller batches, and a write in a batch costs
+    the database about half of one alone (docs/performance.md)."""

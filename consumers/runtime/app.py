@@ -60,33 +60,37 @@ def _same(value: Any) -> Any:
     return value
 
 
-async def _tolerant_parser(record: ConsumerRecord[bytes, bytes]) -> KafkaMessage:
-    """FastStream's message, without decoding a header value FastStream would choke on.
+async def _tolerant_parser(records: tuple[ConsumerRecord[bytes, bytes], ...]) -> KafkaMessage:
+    """FastStream's message for one fetched batch of records, without decoding a header value
+    FastStream would choke on.
 
-    The default parser runs ``value.decode()`` on every header: a header holding invalid UTF-8
-    or no value raises there, before our entry point, and FastStream skips the record, which a
-    later commit would then pass. Header values are only for FastStream's log context here.
+    The subscriber takes records in batches: FastStream's own per-message dispatch cost as much
+    CPU as the memory consumer's handling (docs/performance.md). The default parser also runs
+    ``value.decode()`` on every header: a header holding invalid UTF-8 or no value raises there,
+    before our entry point, and FastStream skips the batch, which a later commit would then
+    pass. Header values are only for FastStream's log context here: the first record's.
     """
+    first = records[0]
     headers = {
         name: value.decode("utf-8", "replace") if isinstance(value, bytes) else ""
-        for name, value in record.headers or ()
+        for name, value in first.headers or ()
     }
     return KafkaMessage(
-        body=record.value or b"",
+        body=b"",
         headers=headers,
         reply_to="",
         content_type=headers.get("content-type"),
-        message_id=f"{record.offset}-{record.timestamp}",
+        message_id=f"{first.offset}-{records[-1].offset}-{first.timestamp}",
         correlation_id=headers.get("correlation_id"),
-        raw_message=record,
+        raw_message=records,
         consumer=FAKE_CONSUMER,  # AckPolicy.MANUAL: FastStream never acks through it
     )
 
 
-async def _raw_record(message: KafkaMessage) -> Any:
-    """Hand the entry point the aiokafka record itself: decoding, and its failures, are the
-    handler's. (Taking the record as the body, not as an injected ``KafkaMessage`` parameter,
-    spares FastStream a context lookup that it runs in a worker thread, once per record.)"""
+async def _raw_records(message: KafkaMessage) -> Any:
+    """Hand the entry point the aiokafka records themselves: decoding, and its failures, are
+    the handler's. (Taking the records as the body, not as an injected ``KafkaMessage``
+    parameter, spares FastStream a context lookup that it runs in a worker thread.)"""
     return message.raw_message
 
 
@@ -144,23 +148,26 @@ class ConsumerApp:
             ack_policy=AckPolicy.MANUAL,
             no_reply=True,
             listener=RebalanceListener(lambda: self.delivery),
+            batch=True,
+            max_records=settings.max_in_flight,
             parser=_tolerant_parser,
-            decoder=_raw_record,
+            decoder=_raw_records,
             title=topic,
             description=description,
         )
 
-        async def entry(record: Any) -> None:
+        async def entry(records: Any) -> None:
             delivery = self.delivery
-            if delivery is not None and isinstance(record, ConsumerRecord):
+            if delivery is None:  # not reachable while the app runs: the lifespan sets it first
+                log.error("%s: records arrived before the delivery was ready", name)
+                return
+            for record in records:
                 await delivery.submit(inbound_of(record))
-            else:  # not reachable while the app runs: the lifespan sets the delivery first
-                log.error("%s: a record arrived before the delivery was ready", name)
 
-        # Evaluated annotations (this module's are strings): ``record`` passes through
-        # untouched, and documents the payload's schema in the AsyncAPI document.
+        # Evaluated annotations (this module's are strings): ``records`` pass through
+        # untouched, and document the payload's schema in the AsyncAPI document.
         entry.__annotations__ = {
-            "record": Annotated[Any, PlainValidator(_same, json_schema_input_type=payload)],
+            "records": Annotated[Any, PlainValidator(_same, json_schema_input_type=payload)],
             "return": None,
         }
         entry.__name__ = f"{name}_records"
