@@ -101,39 +101,18 @@ class MemoryService:
     async def remember(
         self, invoker: Invoker, candidate: MemoryCandidate, idempotency_key: str
     ) -> Answer:
-        payload = candidate.model_dump(mode="json")
-        write = _write(invoker, idempotency_key, "remember", payload)
-        refusal = _remember_refusal(invoker, candidate)
-        if refusal is not None:
-            return await self._submit(_refused(write, refusal))
-        candidate = canonical(candidate)
-        user_id = invoker.user_id if candidate.scope == "user" else None
-        owner = user_id if user_id is not None else invoker.organization_id
-        refs = [ref.model_dump(exclude_none=True) for ref in candidate.subject_refs]
-        write.update(
-            scope=candidate.scope,
-            user_id=None if user_id is None else str(user_id),
-            scope_owner_id=str(owner),
-            subject_key=subject_key(invoker, candidate),
-            text=candidate.text,
-            subject_refs=refs,
-        )
-        return await self._submit(write)
+        return await self._submit(remember_write(invoker, candidate, idempotency_key))
 
     async def forget(self, invoker: Invoker, memory_id: UUID, idempotency_key: str) -> Answer:
-        write = _write(invoker, idempotency_key, "forget", str(memory_id))
-        if invoker.workflow_node:
-            return await self._submit(_refused(write, _WORKFLOW_NODE))
-        write.update(
-            memory_id=str(memory_id),
-            user_id=None if invoker.user_id is None else str(invoker.user_id),
-        )
-        return await self._submit(write)
+        return await self._submit(forget_write(invoker, memory_id, idempotency_key))
 
     # ------------------------------------------------------------------ group commit
 
     async def _submit(self, write: Write) -> Answer:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        # a caller that was cancelled never reads its future: retrieve the exception here, so
+        # asyncio does not log it as lost
+        future.add_done_callback(lambda done: done.cancelled() or done.exception())
         self._queue.append((write, future))
         if self._draining < self.concurrency:
             self._draining += 1
@@ -188,24 +167,64 @@ class MemoryService:
                     future.set_result(answer)
 
     async def _one(self, write: Write) -> Answer:
-        try:
-            (answer,) = await self._transaction([write])
-        except asyncpg.IntegrityConstraintViolationError as error:
-            # The database refuses what no retry will change: an organization that does not
-            # exist, a value past a constraint. Nothing was written, so nothing is journaled.
-            constraint = getattr(error, "constraint_name", None) or type(error).__name__
-            return Refusal(
-                reason="invalid_input", message=f"the database refused the write: {constraint}"
-            )
-        except asyncpg.PostgresError as error:
-            if error.sqlstate in (store.LOST_THE_RACE, store.WRITTEN_CONCURRENTLY):
-                raise MemoryContention(str(error)) from error
-            raise
-        return answer
+        for attempt in (1, 2):
+            try:
+                (answer,) = await self._transaction([write])
+            except asyncpg.IntegrityConstraintViolationError as error:
+                # The database refuses what no retry will change: an organization that does
+                # not exist, a value past a constraint. Nothing was written or journaled.
+                constraint = getattr(error, "constraint_name", None) or type(error).__name__
+                return Refusal(
+                    reason="invalid_input",
+                    message=f"the database refused the write: {constraint}",
+                )
+            except asyncpg.PostgresError as error:
+                if error.sqlstate == store.WRITTEN_CONCURRENTLY and attempt == 1:
+                    continue  # the other writer of this key committed: now it replays
+                if error.sqlstate in (store.LOST_THE_RACE, store.WRITTEN_CONCURRENTLY):
+                    raise MemoryContention(str(error)) from error
+                raise
+            return answer
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _transaction(self, writes: list[Write]) -> list[Answer]:
         async with self.database.writing_each() as conn:
             return await store.apply(conn, writes)
+
+
+def remember_write(invoker: Invoker, candidate: MemoryCandidate, idempotency_key: str) -> Write:
+    """A ``memory.remember`` call as ``memory_apply`` takes it: refused by a rule that needs no
+    row, or the chain it appends to and the text. Pure."""
+    payload = candidate.model_dump(mode="json")
+    write = _write(invoker, idempotency_key, "remember", payload)
+    refusal = _remember_refusal(invoker, candidate)
+    if refusal is not None:
+        return _refused(write, refusal)
+    candidate = canonical(candidate)
+    user_id = invoker.user_id if candidate.scope == "user" else None
+    owner = user_id if user_id is not None else invoker.organization_id
+    refs = [ref.model_dump(exclude_none=True) for ref in candidate.subject_refs]
+    write.update(
+        scope=candidate.scope,
+        user_id=None if user_id is None else str(user_id),
+        scope_owner_id=str(owner),
+        subject_key=subject_key(invoker, candidate),
+        text=candidate.text,
+        subject_refs=refs,
+    )
+    return write
+
+
+def forget_write(invoker: Invoker, memory_id: UUID, idempotency_key: str) -> Write:
+    """A ``memory.forget`` call as ``memory_apply`` takes it. Pure."""
+    write = _write(invoker, idempotency_key, "forget", str(memory_id))
+    if invoker.workflow_node:
+        return _refused(write, _WORKFLOW_NODE)
+    write.update(
+        memory_id=str(memory_id),
+        user_id=None if invoker.user_id is None else str(invoker.user_id),
+    )
+    return write
 
 
 _WORKFLOW_NODE = Refusal(reason="workflow_node", message="a workflow tool node cannot write memory")
@@ -243,5 +262,18 @@ def _refused(write: Write, refusal: Refusal) -> Write:
     return {**write, "refusal": {"reason": refusal.reason, "message": refusal.message}}
 
 
-def _lock_order(write: Write) -> tuple[str, str]:
-    return write["organization_id"], write.get("subject_key") or write.get("memory_id") or ""
+def _lock_order(write: Write) -> tuple[str, ...]:
+    """Batches lock chains in one order, so two of them do not deadlock on two chains. A
+    forget's chain is unknown until the database reads it: it sorts by its revision id, and a
+    deadlock that this leaves possible rolls its batch back to one write at a time."""
+    return tuple(
+        write.get(part) or ""
+        for part in (
+            "organization_id",
+            "definition_id",
+            "scope",
+            "scope_owner_id",
+            "subject_key",
+            "memory_id",
+        )
+    )

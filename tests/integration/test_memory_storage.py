@@ -11,6 +11,7 @@ from collections import Counter
 import asyncpg
 import pytest
 
+from contextcore.memory import store
 from contextcore.memory.models import (
     Invoker,
     MemoryCandidate,
@@ -18,7 +19,7 @@ from contextcore.memory.models import (
     Refusal,
     Written,
 )
-from contextcore.memory.service import MemoryService
+from contextcore.memory.service import MemoryService, remember_write
 from contextcore.storage.tenancy import TenantDatabase
 from tests.integration.conftest import Database
 
@@ -573,3 +574,32 @@ async def test_an_unscoped_transaction_sees_and_writes_no_memory(
                 ORG_A,
                 DEFINITION,
             )
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_writer_of_the_same_key_that_commits_first_is_replayed_not_retried(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, service: MemoryService
+) -> None:
+    same = key()
+    write = remember_write(user(), candidate("English"), same)
+    async with tenant_db.writing_each() as conn:
+        # the first writer has appended and journaled, and not committed yet
+        (first,) = await store.apply(conn, [write])
+        second = asyncio.create_task(service.remember(user(), candidate("English"), same))
+        # it reads no journal row, appends a root, and waits on the first's uncommitted one
+        for _ in range(500):  # up to 10 s
+            if await admin.fetchval(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND query LIKE '%memory_apply%'"
+            ):
+                break
+            await asyncio.sleep(0.02)
+        else:
+            pytest.fail("the second writer never waited on the first")
+        assert not second.done()
+    # the first commits: the second's journal row conflicts (CC002), and its second try replays
+    replay = written(await second)
+    assert replay.replayed
+    assert replay.memory == written(first).memory
+    assert await admin.fetchval("SELECT count(*) FROM memories") == 1
+    assert await admin.fetchval("SELECT count(*) FROM memory_writes") == 1
