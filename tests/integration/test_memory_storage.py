@@ -603,3 +603,47 @@ async def test_a_writer_of_the_same_key_that_commits_first_is_replayed_not_retri
     assert replay.memory == written(first).memory
     assert await admin.fetchval("SELECT count(*) FROM memories") == 1
     assert await admin.fetchval("SELECT count(*) FROM memory_writes") == 1
+
+
+async def test_the_head_lookup_reads_one_chain_under_a_generic_plan(
+    admin: asyncpg.Connection, database: Database
+) -> None:
+    """PL/pgSQL runs a statement under a cached generic plan. Planned with an agent definition
+    independent of its organization, the head lookup chose the index on (organization,
+    definition) and read every revision of the definition for each write (migration 00013)."""
+    # a young deployment's shape: 50 organizations, one definition each, 40 chains each
+    orgs = [uuid.uuid4() for _ in range(50)]
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, 'o')", [(org,) for org in orgs]
+    )
+    await admin.execute(
+        "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text)"
+        " SELECT org, org, 'organization', 'organization:' || org || ':observation.f' || i, 'x'"
+        " FROM unnest($1::uuid[]) AS org, generate_series(1, 40) AS i",
+        orgs,
+    )
+    await admin.execute("ANALYZE memories")
+    plans: list[str] = []
+    conn = await asyncpg.connect(database.admin_url)
+    try:
+        conn.add_log_listener(lambda _conn, message: plans.append(message.message))
+        await conn.execute(
+            "LOAD 'auto_explain'; SET auto_explain.log_min_duration = 0;"
+            " SET auto_explain.log_nested_statements = on; SET auto_explain.log_level = notice;"
+            " SET plan_cache_mode = force_generic_plan"
+        )
+        invoker = Invoker(organization_id=orgs[0], definition_id=orgs[0], user_id=USER)
+        write = remember_write(
+            invoker,
+            MemoryCandidate(scope="organization", attribute="observation.f1", text="y"),
+            key(),
+        )
+        async with conn.transaction():
+            await conn.execute("SELECT set_config('role', 'contextcore_app', true)")
+            (answer,) = await store.apply(conn, [write])
+    finally:
+        await conn.close()
+    assert written(answer).change == "superseded"
+    (head_lookup,) = [plan for plan in plans if "FROM memory_heads" in plan]
+    assert "memories_chain_identity" in head_lookup, head_lookup
+    assert "memories_recent_by_definition" not in head_lookup, head_lookup
