@@ -222,8 +222,9 @@ async def main() -> None:
                 **{k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")},
                 "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": bootstrap,
                 # not the dev stack's 2 ms: Tansu starves a lagging consumer whose poll is
-                # short, and a partition stalls (docs/delivery.md)
-                "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": "100",
+                # short, and a partition stalls; not 100 ms: Tansu answers a fetch only when
+                # the poll ends, so the poll bounds the consumer's rate (docs/delivery.md)
+                "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": "50",
                 "CONTEXTCORE_DATABASE_URL": seeded.url,
                 "CONTEXTCORE_TOPIC_MEMORY_WRITE": topics.memory_write,
                 "CONTEXTCORE_MEMORY_GROUP_ID": f"bench-{tag}-memory",

@@ -44,22 +44,18 @@ class MemoryHandler:
         except MemoryContention as error:
             return Retry("contention", str(error))
         if isinstance(answer, Written):
-            self.metrics.writes.labels(operation=call.action, outcome="written", reason="").inc()
+            self.metrics.count_write(call.action, "written")
             if not answer.replayed:  # a replay appended nothing
-                self.metrics.changes.labels(change=answer.change).inc()
+                self.metrics.count_change(answer.change)
         else:
-            self.metrics.writes.labels(
-                operation=call.action, outcome="refused", reason=answer.reason
-            ).inc()
+            self.metrics.count_write(call.action, "refused", answer.reason)
         return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
 
     def decode(self, value: bytes | None) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
         return decode_request(value, parse_memory_write, "memory write", self._invalid)
 
     def _invalid(self, topic: str, correlation_id: str, message: str, lines: list[str]) -> Reply:
-        self.metrics.writes.labels(
-            operation="unknown", outcome="refused", reason="invalid_input"
-        ).inc()
+        self.metrics.count_write("unknown", "refused", "invalid_input")
         return _reply(topic, _refused(correlation_id, message, lines))
 
 

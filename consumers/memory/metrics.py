@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -11,6 +11,21 @@ from prometheus_client import CollectorRegistry, Counter
 class MemoryMetrics:
     writes: Counter
     changes: Counter
+    # the children counted so far, by metric and label values: ``labels()`` checks and
+    # converts its values on every call, a cost per write
+    _children: dict[tuple[str, ...], Counter] = field(default_factory=dict)
+
+    def count_write(self, operation: str, outcome: str, reason: str = "") -> None:
+        self._child(self.writes, "writes", operation, outcome, reason).inc()
+
+    def count_change(self, change: str) -> None:
+        self._child(self.changes, "changes", change).inc()
+
+    def _child(self, metric: Counter, *key: str) -> Counter:
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*key[1:])
+        return child
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> MemoryMetrics:

@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from prometheus_client import Histogram
 from pydantic import BaseModel
 
 from broker.topics import dead_letter_topic
@@ -146,7 +147,15 @@ class Delivery:
         self._revoking: set[TopicPartition] = set()
         self._closing = False
         self._snapshot = _Snapshot()
+        # the children this consumer observes per record, bound once: ``labels()`` checks and
+        # converts its values on every call, a cost per record
         self._in_flight = metrics.in_flight.labels(consumer)
+        self._record_seconds = metrics.record_seconds.labels(consumer)
+        self._outcomes = {
+            label: metrics.records.labels(consumer, label)
+            for label in ("reply", "done", "retry", "dead_letter")
+        }
+        self._stages: dict[str, Histogram] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -266,7 +275,7 @@ class Delivery:
         finally:
             self._slots.release()
             self._in_flight.dec()
-        self.metrics.record_seconds.labels(self.consumer).observe(self.clock() - started)
+        self._record_seconds.observe(self.clock() - started)
         position = tracker.finish(record.offset)
         if position is not None:
             self._positions[(record.topic, record.partition)] = position
@@ -301,9 +310,9 @@ class Delivery:
             outcome = await self._retry(record, outcome)
         if isinstance(outcome, DeadLetter):
             await self._dead_letter(record, outcome)
-        self.metrics.records.labels(self.consumer, _label(outcome)).inc()
+        self._outcomes[_label(outcome)].inc()
         for stage, seconds in watch.laps.items():
-            self.metrics.stage_seconds.labels(self.consumer, stage).observe(seconds)
+            self._stage(stage).observe(seconds)
 
     async def _reply(self, reply: Reply, watch: Stopwatch) -> Outcome:
         """Publish ``reply``, or its fallback when it cannot go out; what is left to do when
@@ -495,8 +504,14 @@ class Delivery:
                 log.warning("%s: commit failed: %s", self.consumer, _describe(error))
                 return False
         self.metrics.commits.labels(self.consumer, "ok").inc()
-        self.metrics.stage_seconds.labels(self.consumer, "commit").observe(self.clock() - started)
+        self._stage("commit").observe(self.clock() - started)
         return True
+
+    def _stage(self, stage: str) -> Histogram:
+        child = self._stages.get(stage)
+        if child is None:
+            child = self._stages[stage] = self.metrics.stage_seconds.labels(self.consumer, stage)
+        return child
 
     # ------------------------------------------------------------------ health
 

@@ -32,7 +32,9 @@ MAX_TEXT_CHARS = 4_000
 
 
 def not_blank(text: str) -> bool:
-    return any(not character.isspace() for character in text)
+    """Whether ``text`` holds a character that is not white space (``str.isspace`` is false
+    for the empty string)."""
+    return text != "" and not text.isspace()
 
 
 def _key_part(text: str) -> str:
