@@ -12,6 +12,8 @@ Invariants (``spec/context-layer.md``, "Source failure"):
   failures are raised together in one :class:`RequiredContextSourceError`.
 * Cancelling ``build`` cancels the reads still running and produces no brief: an outer
   cancellation is not a source failure.
+* Observers (metrics) hear of every read with its duration and cause, and of the items the
+  packer dropped; they never change the brief.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable
-from typing import Protocol
+import time
+from collections.abc import Callable, Mapping
+from typing import Literal, Protocol
 
 from contextcore.errors import RequiredContextSourceError
 from contextcore.models import ContextBrief, ContextItem, ContextPolicy, ContextRequest
@@ -39,8 +42,27 @@ class ContextBuilder(Protocol):
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief: ...
 
 
+ReadCause = Literal["ok", "timeout", "error", "missing", "wrong_source"]
+"""How one source read ended: items, its timeout, an exception, no such source in this process,
+or an item that is not a ``ContextItem`` of that source."""
+
+
 class SourceFailure(Exception):
     """Why one source produced no items (internal to the builder)."""
+
+    def __init__(self, cause: ReadCause, message: str) -> None:
+        self.cause = cause
+        super().__init__(message)
+
+
+class BuildObserver(Protocol):
+    """What a build tells its observer (metrics)."""
+
+    def source_read(self, source: str, seconds: float, cause: ReadCause, required: bool) -> None:
+        """One source read ended; a read that took its timeout took ``source_timeout_s``."""
+
+    def items_dropped(self, drops: Mapping[tuple[str, str], int]) -> None:
+        """Items the packer left out, by (source, reason); see :meth:`ContextPacker.pack`."""
 
 
 class DefaultContextBuilder:
@@ -50,10 +72,11 @@ class DefaultContextBuilder:
         packer: ContextPacker,
         *,
         source_timeout_s: float = 1.0,
-        on_source_failure: Callable[[str, str, bool], None] | None = None,
+        observer: BuildObserver | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """Every failed read is logged with its reason (the brief only names the source);
-        ``on_source_failure(name, reason, required)`` is told of each one too (metrics)."""
+        ``observer`` hears of every read and of every dropped item (metrics)."""
         if (
             isinstance(source_timeout_s, bool)
             or not isinstance(source_timeout_s, int | float)
@@ -66,7 +89,8 @@ class DefaultContextBuilder:
         self.registry = registry
         self.packer = packer
         self.source_timeout_s = float(source_timeout_s)
-        self.on_source_failure = on_source_failure
+        self.observer = observer
+        self.clock = clock
 
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
         enabled = [spec for spec in policy.sources if spec.enabled]
@@ -89,8 +113,6 @@ class DefaultContextBuilder:
             if isinstance(result, BaseException):
                 reason = _reason(result)
                 _log_failure(spec.name, reason, spec.required)
-                if self.on_source_failure is not None:
-                    self.on_source_failure(spec.name, reason, spec.required)
                 if spec.required:
                     required.append((spec.name, reason))
                 else:
@@ -99,20 +121,47 @@ class DefaultContextBuilder:
             items.extend(result)
         if required:
             raise RequiredContextSourceError([n for n, _ in required], [r for _, r in required])
-        return self.packer.pack(items, policy, failed_sources=failed)
+        on_drops = None if self.observer is None else self.observer.items_dropped
+        return self.packer.pack(items, policy, failed_sources=failed, on_drops=on_drops)
 
     async def _read(
         self, source: ContextSource | None, request: ContextRequest, spec: Spec
     ) -> list[ContextItem]:
+        started = self.clock()
+        cause: ReadCause | None = "error"
+        try:
+            items = await self._checked_read(source, request, spec)
+            cause = "ok"
+            return items
+        except SourceFailure as failure:
+            cause = failure.cause
+            raise
+        except TimeoutError:
+            cause = "timeout"
+            raise
+        except asyncio.CancelledError:
+            cause = None  # cancelled from outside: not a read that ended
+            raise
+        finally:
+            if self.observer is not None and cause is not None:
+                self.observer.source_read(spec.name, self.clock() - started, cause, spec.required)
+
+    async def _checked_read(
+        self, source: ContextSource | None, request: ContextRequest, spec: Spec
+    ) -> list[ContextItem]:
         if source is None:
-            raise SourceFailure(f"source {spec.name!r} is not registered in this process")
+            raise SourceFailure(
+                "missing", f"source {spec.name!r} is not registered in this process"
+            )
         async with asyncio.timeout(self.source_timeout_s):
             items = await source.retrieve(request, spec)
         for item in items:
             if not isinstance(item, ContextItem):
-                raise SourceFailure(f"returned {type(item).__name__}, not a ContextItem")
+                raise SourceFailure(
+                    "wrong_source", f"returned {type(item).__name__}, not a ContextItem"
+                )
             if item.source != spec.name:
-                raise SourceFailure(f"returned an item of source {item.source!r}")
+                raise SourceFailure("wrong_source", f"returned an item of source {item.source!r}")
         return list(items)
 
 

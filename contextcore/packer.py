@@ -28,7 +28,7 @@ when it is written exactly as stored; a ref the packer had to rewrite is never l
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 
 from contextcore.models import (
@@ -105,6 +105,14 @@ def _render(item: ContextItem, cites_ref: bool) -> tuple[str, int]:
     return line, estimate_tokens(line + "\n")
 
 
+NOT_ENABLED = "not_enabled"
+"""Drop reason: no enabled spec names the item's source (step 1)."""
+OUTRANKED = "outranked"
+"""Drop reason: an item earlier in pack order holds its subject key (step 3)."""
+OVER_BUDGET = "over_budget"
+"""Drop reason: it does not fit its source's budget or the total (step 4)."""
+
+
 class ContextPacker:
     """Stateless and deterministic: the same items and policy always give the same brief."""
 
@@ -114,7 +122,11 @@ class ContextPacker:
         policy: ContextPolicy,
         *,
         failed_sources: Sequence[str] = (),
+        on_drops: Callable[[Mapping[tuple[str, str], int]], None] | None = None,
     ) -> ContextBrief:
+        """The brief; ``on_drops`` (metrics) hears the dropped items by (source, reason), the
+        reasons :data:`NOT_ENABLED`, :data:`OUTRANKED` and :data:`OVER_BUDGET`. Their sum per
+        source is ``ContextBrief.dropped``."""
         source_rank: dict[str, int] = {}
         budgets: dict[str, int] = {}
         for spec in policy.sources:
@@ -123,6 +135,7 @@ class ContextPacker:
                 budgets[spec.name] = spec.token_budget
 
         dropped: dict[str, int] = {}
+        reasons: dict[tuple[str, str], int] = {}
         spent: dict[str, int] = {}
         seen_per_source: dict[str, int] = {}
         ordered: list[tuple[int, int, int, ContextItem]] = []
@@ -134,7 +147,7 @@ class ContextPacker:
                 dropped[source] = spent[source] = 0
             rank = source_rank.get(source)
             if rank is None:
-                dropped[source] += 1
+                _drop(dropped, reasons, source, NOT_ENABLED)
                 continue
             # (class, policy rank, place in source) is unique, so items are never compared
             ordered.append((_CLASS_RANK[item.kind], rank, position, item))
@@ -153,18 +166,19 @@ class ContextPacker:
             key = item.subject_key
             if key:  # 3. precedence before spend; an empty key is no key
                 if key in keys:
-                    dropped[item.source] += 1
+                    _drop(dropped, reasons, item.source, OUTRANKED)
                     continue
                 keys.add(key)
             kind, source = item.kind, item.source
             if spent[source] >= budgets[source] or total >= limit:
-                dropped[source] += 1  # every line costs at least one token: skip the render
+                # every line costs at least one token: skip the render
+                _drop(dropped, reasons, source, OVER_BUDGET)
                 continue
             cites_ref = item.ref is not None and written_as_stored(item.ref)
             line, charge = _render(item, cites_ref)  # 4. spend
             heading = 0 if kind in opened else _HEADING_TOKENS[kind]
             if spent[source] + charge > budgets[source] or total + heading + charge > limit:
-                dropped[source] += 1
+                _drop(dropped, reasons, source, OVER_BUDGET)
                 continue
             opened.add(kind)
             spent[source] += charge
@@ -188,6 +202,8 @@ class ContextPacker:
                         cited_keys.add((ref.kind, ref.id))
                         cited.append(ref)
 
+        if on_drops is not None and reasons:
+            on_drops(reasons)
         return ContextBrief(
             text="\n".join(lines),
             items=cited,
@@ -196,6 +212,13 @@ class ContextPacker:
             dropped=dropped,
             failed_sources=failed,
         )
+
+
+def _drop(
+    dropped: dict[str, int], reasons: dict[tuple[str, str], int], source: str, reason: str
+) -> None:
+    dropped[source] += 1
+    reasons[source, reason] = reasons.get((source, reason), 0) + 1
 
 
 def _section_order(page_order: Sequence[ContextKind]) -> list[ContextKind]:

@@ -76,7 +76,7 @@ def create_app(
                     registry,
                     ContextPacker(),
                     source_timeout_s=build.source_timeout_s,
-                    on_source_failure=build_metrics.source_failure_hook(),
+                    observer=build_metrics,
                 )
                 if build.preload_encoder:
                     for model in knowledge.models():

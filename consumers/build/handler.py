@@ -134,6 +134,7 @@ class BuildHandler:
                     code="internal_error", message=printable(f"{type(error).__name__}: {error}")
                 ),
             )
+        self.metrics.brief(brief)
         return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped)
 
     def _count(self, outcome: Reply | DeadLetter) -> None:

@@ -1,17 +1,29 @@
-"""The build consumer's own series, beside the runtime's, in the same registry."""
+"""The build consumer's own series, beside the runtime's, in the same registry (no ids in
+labels: a source is a registered source name, a bounded set)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from consumers.runtime.metrics import STAGE_BUCKETS
+from contextcore.builder import ReadCause
+from contextcore.models import ContextBrief
+
+# Tokens of one brief: policies budget from a few hundred to a few thousand tokens.
+TOKEN_BUCKETS = (0, 50, 100, 250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000)
 
 
 @dataclass(frozen=True)
 class BuildMetrics:
     requests: Counter
+    source_seconds: Histogram
     source_failures: Counter
+    brief_tokens: Histogram
+    source_tokens: Counter
+    dropped_items: Counter
     memories_dropped: Counter
 
     @classmethod
@@ -23,10 +35,38 @@ class BuildMetrics:
                 ["outcome"],
                 registry=registry,
             ),
+            source_seconds=Histogram(
+                "contextcore_source_read_seconds",
+                "Time of one context source read in a build, by source (a read that timed out "
+                "counts its timeout).",
+                ["source"],
+                buckets=STAGE_BUCKETS,
+                registry=registry,
+            ),
             source_failures=Counter(
                 "contextcore_source_failures_total",
-                "Context source reads that failed (raised, timed out, missing, or wrong items).",
-                ["source", "required"],
+                "Context source reads that failed, by source, cause (timeout, error, missing, "
+                "wrong_source) and whether the policy required the source.",
+                ["source", "cause", "required"],
+                registry=registry,
+            ),
+            brief_tokens=Histogram(
+                "contextcore_brief_tokens",
+                "Tokens of each brief built (the notice of unavailable sources included).",
+                buckets=TOKEN_BUCKETS,
+                registry=registry,
+            ),
+            source_tokens=Counter(
+                "contextcore_source_tokens_total",
+                "Tokens the briefs spent on each source's items.",
+                ["source"],
+                registry=registry,
+            ),
+            dropped_items=Counter(
+                "contextcore_items_dropped_total",
+                "Items a source returned that the packer left out of the brief, by source and "
+                "reason (not_enabled, outranked, over_budget).",
+                ["source", "reason"],
                 registry=registry,
             ),
             memories_dropped=Counter(
@@ -46,10 +86,20 @@ class BuildMetrics:
 
         return observe
 
-    def source_failure_hook(self) -> Callable[[str, str, bool], None]:
-        """A builder ``on_source_failure`` hook that counts the failure (the builder logs it)."""
+    # ------------------------------------------------------------------ BuildObserver
 
-        def observe(name: str, reason: str, required: bool) -> None:
-            self.source_failures.labels(source=name, required=str(required).lower()).inc()
+    def source_read(self, source: str, seconds: float, cause: ReadCause, required: bool) -> None:
+        self.source_seconds.labels(source).observe(seconds)
+        if cause != "ok":
+            self.source_failures.labels(source, cause, "true" if required else "false").inc()
 
-        return observe
+    def items_dropped(self, drops: Mapping[tuple[str, str], int]) -> None:
+        for (source, reason), count in drops.items():
+            self.dropped_items.labels(source, reason).inc(count)
+
+    def brief(self, brief: ContextBrief) -> None:
+        """What one brief spent."""
+        self.brief_tokens.observe(brief.tokens)
+        for source, tokens in brief.per_source_tokens.items():
+            if tokens:
+                self.source_tokens.labels(source).inc(tokens)

@@ -38,7 +38,7 @@ from consumers.runtime.kafka import (
     RebalanceListener,
     inbound_of,
 )
-from consumers.runtime.metrics import OldestInFlight, RuntimeMetrics
+from consumers.runtime.metrics import ConsumerLag, OldestInFlight, RuntimeMetrics
 from consumers.runtime.settings import ConsumerSettings
 from contextcore.errors import ConfigurationError
 from schemas.envelope import DeadLetterV1
@@ -124,6 +124,8 @@ class ConsumerApp:
         self.topics = topics
         self.open_handler = open_handler
         self.metrics = RuntimeMetrics.create()
+        for cause in ("gave_up", "reply_refused", "retry_refused"):  # the runtime's own, from 0
+            self.metrics.dead_letters.labels(topic, cause)
         self.delivery: Delivery | None = None
         self._health: HealthServer | None = None
         self._ready = False
@@ -218,6 +220,9 @@ class ConsumerApp:
                     metrics=self.metrics,
                 )
                 self.metrics.registry.register(OldestInFlight(self.name, self.delivery.oldest_ages))
+                self.metrics.registry.register(
+                    ConsumerLag(self.name, self.settings.group_id, self.delivery.lags)
+                )
                 self._health = HealthServer(
                     self.metrics.registry,
                     port=self.settings.metrics_port,

@@ -36,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from prometheus_client import Histogram
@@ -93,6 +93,10 @@ class Committer(Protocol):
     def owns(self, partition: TopicPartition) -> bool:
         """Whether the group assigned ``partition`` to this member right now."""
 
+    async def read_ahead(self, partition: TopicPartition) -> tuple[int | None, int | None]:
+        """The next offset this member fetches from ``partition``, and the partition's high
+        watermark as the last fetch saw it; each ``None`` while unknown."""
+
 
 class RecordHandler(Protocol):
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
@@ -109,6 +113,7 @@ class Health:
 class _Snapshot:
     taken_at: float = 0.0
     ages: dict[TopicPartition, float] = field(default_factory=dict)
+    lags: dict[TopicPartition, int] = field(default_factory=dict)
 
 
 class Delivery:
@@ -156,6 +161,14 @@ class Delivery:
             for label in ("reply", "done", "retry", "dead_letter")
         }
         self._stages: dict[str, Histogram] = {}
+        # the runtime's own causes and kinds start at 0: a counter that appears with its first
+        # increment shows Prometheus no increase
+        for cause in ("timeout", "handler_error", "reply_publish"):
+            metrics.retries.labels(consumer, cause)
+        for kind in ("reply", "retry", "dead_letter"):
+            metrics.publish_failures.labels(consumer, kind)
+        for result in ("ok", "failed"):
+            metrics.commits.labels(consumer, result)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -232,6 +245,11 @@ class Delivery:
     def oldest_ages(self) -> dict[TopicPartition, float]:
         """The last snapshot of per-partition ages (safe to read from another thread)."""
         return dict(self._snapshot.ages)
+
+    def lags(self) -> dict[TopicPartition, int]:
+        """The last snapshot of per-partition lag: records between where a restart would
+        resume and the high watermark (safe to read from another thread)."""
+        return dict(self._snapshot.lags)
 
     # ------------------------------------------------------------------ intake
 
@@ -517,11 +535,33 @@ class Delivery:
 
     def _refresh_snapshot(self) -> None:
         now = self.clock()
-        self._snapshot = _Snapshot(now, self.in_flight.oldest_ages(now))
+        self._snapshot = _Snapshot(now, self.in_flight.oldest_ages(now), self._snapshot.lags)
+
+    async def _lags(self) -> dict[TopicPartition, int]:
+        lags: dict[TopicPartition, int] = {}
+        if self._committer is None:
+            return lags
+        for partition, tracker in list(self.in_flight.trackers.items()):
+            try:
+                fetch_position, high = await self._committer.read_ahead(partition)
+            except Exception as error:  # revoked meanwhile, or the consumer is stopping
+                log.debug("%s: no lag for %s: %s", self.consumer, partition, _describe(error))
+                continue
+            resume = tracker.resume_at(fetch_position)
+            if high is not None and resume is not None:
+                lags[partition] = max(high - resume, 0)
+        return lags
 
     async def _monitor_loop(self) -> None:
         while True:
             self._refresh_snapshot()
+            try:  # a position the consumer must ask the broker for never delays the health
+                async with asyncio.timeout(_MONITOR_INTERVAL_S):
+                    lags = await self._lags()
+            except TimeoutError:
+                pass
+            else:
+                self._snapshot = replace(self._snapshot, lags=lags)
             await asyncio.sleep(_MONITOR_INTERVAL_S)
 
 

@@ -97,6 +97,15 @@ class ConsumerCommitter:
     def owns(self, partition: Partition) -> bool:
         return TopicPartition(*partition) in self._consumer.assignment()
 
+    async def read_ahead(self, partition: Partition) -> tuple[int | None, int | None]:
+        tp = TopicPartition(*partition)
+        if tp not in self._consumer.assignment():
+            return None, None
+        # known once the member has a position: no request then (aiokafka asks the group
+        # coordinator only for a partition with no position yet)
+        position = await self._consumer.position(tp)
+        return position, self._consumer.highwater(tp)
+
 
 class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]
     """Tells the delivery which partitions this member gained, and drains the ones it lost

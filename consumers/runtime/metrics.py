@@ -10,9 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from contextcore.storage.migrations import load_migrations
 
 # Stage latencies: a bucket at each target (a 15 ms build, a 50 ms p99), at the 1 s source
 # timeout, and up to the 10 s publish timeout.
@@ -48,10 +50,12 @@ class RuntimeMetrics:
     publish_failures: Counter
     commits: Counter
     in_flight: Gauge
+    schema: Info
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None = None) -> RuntimeMetrics:
         registry = registry or CollectorRegistry()
+        schema = schema_info(registry)
         return cls(
             registry=registry,
             records=Counter(
@@ -106,7 +110,22 @@ class RuntimeMetrics:
                 ["consumer"],
                 registry=registry,
             ),
+            schema=schema,
         )
+
+
+def schema_info(registry: CollectorRegistry) -> Info:
+    """``contextcore_schema_info{migration,version} 1``: the database schema this process runs
+    against, its newest migration (a process starts only when the database has applied exactly
+    the migrations it knows)."""
+    schema = Info(
+        "contextcore_schema",
+        "The database schema this process runs against: its newest migration.",
+        registry=registry,
+    )
+    latest = load_migrations()[-1]
+    schema.info({"migration": latest.label, "version": str(latest.version)})
+    return schema
 
 
 class OldestInFlight(Collector):
@@ -129,4 +148,29 @@ class OldestInFlight(Collector):
         )
         for (topic, partition), age in sorted(self.snapshot().items()):
             family.add_metric([self.consumer, topic, str(partition)], age)
+        yield family
+
+
+class ConsumerLag(Collector):
+    """``contextcore_consumer_lag_records{consumer,group,topic,partition}``: records between
+    where a restart of this member would resume and the partition's high watermark, for each
+    partition it owns. Read at scrape time from the delivery's snapshot (refreshed every
+    second); a partition whose high watermark no fetch has reported yet is left out."""
+
+    def __init__(
+        self, consumer: str, group: str, snapshot: Callable[[], dict[tuple[str, int], int]]
+    ) -> None:
+        self.consumer = consumer
+        self.group = group
+        self.snapshot = snapshot
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "contextcore_consumer_lag_records",
+            "Records of a partition this member owns that it has not finished: from where a "
+            "restart would resume to the high watermark.",
+            labels=["consumer", "group", "topic", "partition"],
+        )
+        for (topic, partition), lag in sorted(self.snapshot().items()):
+            family.add_metric([self.consumer, self.group, topic, str(partition)], lag)
         yield family

@@ -27,6 +27,7 @@ from consumers.runtime.database import verify_schema
 from consumers.runtime.delivery import Health, Publisher, PublishError
 from consumers.runtime.health import HealthServer
 from consumers.runtime.kafka import AiokafkaPublisher
+from consumers.runtime.metrics import schema_info
 from contextcore.errors import InfrastructureUnavailable
 from contextcore.knowledge import store
 from contextcore.settings import DatabaseSettings
@@ -69,6 +70,7 @@ class Sweeper:
             "When the last sweep finished.",
             registry=self.registry,
         )
+        schema_info(self.registry)
         self._finished_at = time.monotonic()
 
     def health(self) -> Health:

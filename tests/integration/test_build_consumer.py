@@ -159,8 +159,12 @@ async def test_source_failures_reach_the_reply_through_kafka(
     assert second["error"]["details"] == ["dossier: timed out", "run_history: timed out"]
     url = f"http://127.0.0.1:{settings.build.metrics_port}/metrics"
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
-    assert 'contextcore_source_failures_total{required="false",source="dossier"} 1.0' in body
-    assert 'contextcore_source_failures_total{required="true",source="run_history"} 1.0' in body
+    failures = 'contextcore_source_failures_total{cause="timeout",required="%s",source="%s"} 1.0'
+    assert failures % ("false", "dossier") in body
+    assert failures % ("true", "run_history") in body
+    # every read is timed, a timed-out one too
+    assert 'contextcore_source_read_seconds_count{source="dossier"} 2.0' in body
+    assert 'contextcore_source_read_seconds_count{source="run_history"} 1.0' in body
 
 
 async def test_sources_read_the_replica_when_one_is_configured(

@@ -15,6 +15,7 @@ import asyncpg
 import pytest
 
 from broker.topics import dead_letter_topic
+from consumers.runtime.kafka import ConsumerCommitter
 from consumers.runtime.records import HEADER_ATTEMPT
 from tests.integration import seed
 from tests.integration.conftest import Config, StartConsumer
@@ -178,3 +179,30 @@ async def test_health_readiness_and_the_in_flight_age_are_served(
         f'contextcore_consumer_oldest_in_flight_age_seconds{{consumer="build",partition="0",'
         f'topic="{config.request_topic}"}} 0.0'
     ) in metrics
+
+
+async def test_the_broker_reports_the_positions_the_lag_is_made_of(config: Config) -> None:
+    """The lag gauge (``contextcore_consumer_lag_records``) subtracts where a restart resumes
+    from the high watermark the last fetch reported: the broker must report it right (Tansu's
+    ListOffsets does not; its fetch responses must)."""
+    topic = f"{config.request_topic}.lag"
+    reader = await assigned_reader(config.bootstrap, topic)
+    send = await producer(config.bootstrap)
+    try:
+        for i in range(5):
+            await send.send_and_wait(topic, b"{}", key=str(i).encode())
+        read = 0
+        for _ in range(100):
+            batches = await reader.getmany(timeout_ms=100, max_records=2)
+            read += sum(len(records) for records in batches.values())
+            if read >= 2:
+                break
+        committer = ConsumerCommitter(reader)
+        fetch_position, high = await committer.read_ahead((topic, 0))
+        assert high == 5
+        assert fetch_position is not None
+        assert read <= fetch_position <= 5
+        assert await committer.read_ahead((topic, 1)) == (None, None)  # not assigned
+    finally:
+        await send.stop()
+        await reader.stop()

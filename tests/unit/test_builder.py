@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from contextcore.builder import DefaultContextBuilder, RequiredContextSourceError
+from contextcore.builder import DefaultContextBuilder, ReadCause, RequiredContextSourceError
 from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from contextcore.packer import NOTICE_PREFIX, ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
@@ -189,3 +190,68 @@ async def test_sources_are_read_concurrently() -> None:
     )
     assert brief.failed_sources == []
     assert len(brief.per_source_tokens) == 5
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.reads: list[tuple[str, float, ReadCause, bool]] = []
+        self.drops: list[Mapping[tuple[str, str], int]] = []
+
+    def source_read(self, source: str, seconds: float, cause: ReadCause, required: bool) -> None:
+        self.reads.append((source, seconds, cause, required))
+
+    def items_dropped(self, drops: Mapping[tuple[str, str], int]) -> None:
+        self.drops.append(dict(drops))
+
+
+async def test_the_observer_hears_every_read_with_its_cause_and_every_drop() -> None:
+    observer = Observer()
+    ticks = iter(range(100))
+    sources = [
+        StaticSource("ok", [item("ok", body="kept"), item("ok", body="x" * 2_000)]),
+        StaticSource("broken", error=RuntimeError("db down")),
+        StaticSource("slow", delay=5),
+        StaticSource("liar", [item("someone_else")]),
+    ]
+    brief = await DefaultContextBuilder(
+        ContextSourceRegistry(sources),
+        ContextPacker(),
+        source_timeout_s=0.05,
+        observer=observer,
+        clock=lambda: float(next(ticks)),
+    ).build(
+        REQUEST,
+        policy(
+            {"name": "ok"},
+            {"name": "broken"},
+            {"name": "slow", "required": False},
+            {"name": "liar"},
+            {"name": "gone", "required": False},
+        ),
+    )
+    causes = {source: (cause, required) for source, _, cause, required in observer.reads}
+    assert causes == {
+        "ok": ("ok", False),
+        "broken": ("error", False),
+        "slow": ("timeout", False),
+        "liar": ("wrong_source", False),
+        "gone": ("missing", False),
+    }
+    assert all(seconds >= 1 for _, seconds, _, _ in observer.reads)  # the clock ticked per read
+    assert observer.drops == [{("ok", "over_budget"): 1}]
+    assert brief.dropped == {"ok": 1}
+
+
+async def test_a_cancelled_build_reports_no_read() -> None:
+    observer = Observer()
+    slow = StaticSource("a", delay=10)
+    build = asyncio.create_task(
+        DefaultContextBuilder(
+            ContextSourceRegistry([slow]), ContextPacker(), source_timeout_s=30, observer=observer
+        ).build(REQUEST, policy({"name": "a"}))
+    )
+    await asyncio.wait_for(slow.started.wait(), 1)
+    build.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await build
+    assert observer.reads == []

@@ -79,6 +79,11 @@ class FakeCommitter:
     def owns(self, partition: tuple[str, int]) -> bool:
         return partition in self.owned
 
+    ahead: dict[tuple[str, int], tuple[int | None, int | None]] = field(default_factory=dict)
+
+    async def read_ahead(self, partition: tuple[str, int]) -> tuple[int | None, int | None]:
+        return self.ahead.get(partition, (None, None))
+
     def last(self, partition: tuple[str, int] = ("t", 0)) -> int | None:
         found = [c[partition] for c in self.commits if partition in c]
         return found[-1] if found else None
@@ -483,4 +488,22 @@ async def test_a_partition_stuck_past_the_limit_is_not_live() -> None:
     clock[0] += 20.0  # and a monitor that stopped running is not live either
     assert rig.delivery.health().reason.startswith("the event loop has not run")
     handler.gates[0].set()
+    await rig.close()
+
+
+async def test_lag_runs_from_where_a_restart_would_resume_to_the_high_watermark() -> None:
+    handler = Scripted(reply)
+    handler.hold(1)
+    rig = Rig(handler)
+    rig.committer.ahead = {("t", 0): (3, 10), ("t", 1): (5, None)}
+    for offset in (0, 1, 2):
+        await rig.delivery.submit(record(offset))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    # 0 and 2 finished, 1 holds the partition: a restart resumes at 1; t[1] has no watermark yet
+    assert await rig.delivery._lags() == {("t", 0): 9}
+    handler.gates[1].set()
+    await rig.settle()
+    rig.committer.ahead[("t", 1)] = (5, 5)  # nothing started there: the fetch position counts
+    assert await rig.delivery._lags() == {("t", 0): 7, ("t", 1): 0}
     await rig.close()

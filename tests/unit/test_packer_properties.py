@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Mapping
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextcore.models import CLASS_ORDER, ContextItem, ContextPolicy, ContextSourceSpec
-from contextcore.packer import NOTICE_PREFIX, SECTION_HEADINGS, ContextPacker
+from contextcore.packer import (
+    NOT_ENABLED,
+    NOTICE_PREFIX,
+    OUTRANKED,
+    OVER_BUDGET,
+    SECTION_HEADINGS,
+    ContextPacker,
+)
 from contextcore.tokens import estimate_tokens
 
 SOURCES = [f"s{i}" for i in range(4)]
@@ -79,6 +88,24 @@ def test_caps_are_never_exceeded(
     assert brief.tokens - notice_tokens <= policy.total_token_budget
     assert estimate_tokens(brief.text) <= brief.tokens  # the true cost is never under-reported
     assert set(brief.per_source_tokens) == set(brief.dropped) == {i.source for i in batch}
+
+
+@settings(max_examples=300, deadline=None)
+@given(items, policies, failed)
+def test_the_drop_reasons_add_up_to_the_dropped_counts(
+    batch: list[ContextItem], policy: ContextPolicy, failures: list[str]
+) -> None:
+    heard: list[Mapping[tuple[str, str], int]] = []
+    brief = ContextPacker().pack(batch, policy, failed_sources=failures, on_drops=heard.append)
+    assert brief == ContextPacker().pack(batch, policy, failed_sources=failures)
+    by_source: Counter[str] = Counter()
+    for drops in heard:
+        for (source, reason), count in drops.items():
+            assert reason in (NOT_ENABLED, OUTRANKED, OVER_BUDGET)
+            assert count > 0
+            by_source[source] += count
+    assert len(heard) <= 1
+    assert by_source == Counter({s: n for s, n in brief.dropped.items() if n})
 
 
 @settings(max_examples=300, deadline=None)
