@@ -1,0 +1,93 @@
+"""docker-compose.yml runs the whole stack: every consumer as its own service on the runtime
+login, the schema init on the owner's, Prometheus scraping every metrics port with the alert
+rules, Grafana with the generated dashboards. (CI also validates the file against the compose
+specification.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic_settings import BaseSettings
+
+from consumers.build.settings import BuildSettings
+from consumers.embed.settings import EmbedSettings
+from consumers.memory.settings import MemorySettings
+from consumers.sweep.app import SweepSettings
+from consumers.upload.settings import UploadSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+CONSUMERS: dict[str, type[BaseSettings]] = {
+    "build": BuildSettings,
+    "memory": MemorySettings,
+    "upload": UploadSettings,
+    "embed": EmbedSettings,
+    "sweep": SweepSettings,
+}
+
+
+def compose() -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return loaded
+
+
+def test_every_consumer_is_a_service_on_the_runtime_login_with_a_health_check() -> None:
+    services = compose()["services"]
+    for consumer, settings in CONSUMERS.items():
+        (name,) = [
+            name
+            for name, service in services.items()
+            if service.get("command") == ["contextcore", "serve", consumer]
+        ]
+        service = services[name]
+        environment = service["environment"]
+        assert "contextcore_runtime" in environment["CONTEXTCORE_DATABASE_URL"]
+        assert not any("OWNER" in key or "ADMIN" in key for key in environment)
+        port = environment[f"CONTEXTCORE_{consumer.upper()}_METRICS_PORT"]
+        assert port == str(settings.model_fields["metrics_port"].default)
+        assert f"127.0.0.1:{port}/healthz" in " ".join(service["healthcheck"]["test"])
+        assert service["depends_on"]["schema-init"]["condition"] == "service_completed_successfully"
+        assert service["deploy"]["resources"]["limits"]["memory"]
+
+
+def test_only_the_schema_init_holds_the_owner_credential() -> None:
+    services = compose()["services"]
+    holders = {
+        name
+        for name, service in services.items()
+        if "CONTEXTCORE_DATABASE_OWNER_URL" in (service.get("environment") or {})
+    }
+    assert holders == {"db-provision", "schema-init"}
+
+
+def test_prometheus_scrapes_every_metrics_port_and_loads_the_rules() -> None:
+    services = compose()["services"]
+    config = yaml.safe_load((ROOT / "monitoring" / "prometheus" / "prometheus.yml").read_text())
+    targets = {
+        target
+        for job in config["scrape_configs"]
+        for group in job["static_configs"]
+        for target in group["targets"]
+    }
+    expected = set()
+    for consumer in CONSUMERS:
+        (name,) = [
+            n for n, s in services.items() if s.get("command") == ["contextcore", "serve", consumer]
+        ]
+        port = services[name]["environment"][f"CONTEXTCORE_{consumer.upper()}_METRICS_PORT"]
+        expected.add(f"{name}:{port}")
+    assert targets == expected
+    mounts = " ".join(services["prometheus"]["volumes"])
+    assert "./monitoring/alerts.yml:/etc/prometheus/alerts.yml" in mounts
+    assert config["rule_files"] == ["/etc/prometheus/alerts.yml"]
+
+
+def test_grafana_is_provisioned_with_the_generated_dashboards() -> None:
+    mounts = " ".join(compose()["services"]["grafana"]["volumes"])
+    assert "./monitoring/grafana/dashboards:/var/lib/grafana/dashboards" in mounts
+    assert "./monitoring/grafana/provisioning:/etc/grafana/provisioning" in mounts
+    provider = yaml.safe_load(
+        (ROOT / "monitoring/grafana/provisioning/dashboards/contextcore.yml").read_text()
+    )
+    assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
