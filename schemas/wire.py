@@ -31,8 +31,12 @@ _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.S)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
+CAUSES = ("not_json", "number_range", "too_deep", "lone_surrogate")
+"""Every :attr:`WireError.cause` (a dead letter's cause when the record names no reply)."""
+
+
 class WireError(ValueError):
-    """The record is not JSON this service accepts. ``cause`` is a short label."""
+    """The record is not JSON this service accepts. ``cause`` is one of :data:`CAUSES`."""
 
     def __init__(self, cause: str, message: str) -> None:
         self.cause = cause

@@ -72,6 +72,7 @@ def create_app(
                     encoders=encoders,
                     on_memory_drop=build_metrics.memory_drop_hook(),
                 )
+                build_metrics.start_at_zero(registry.names)
                 builder = DefaultContextBuilder(
                     registry,
                     ContextPacker(),

@@ -3,14 +3,16 @@ labels: a source is a registered source name, a bounded set)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from consumers.runtime.metrics import STAGE_BUCKETS
 from contextcore.builder import ReadCause
 from contextcore.models import ContextBrief
+from contextcore.packer import NOT_ENABLED, OUTRANKED, OVER_BUDGET
 
 # Tokens of one brief: policies budget from a few hundred to a few thousand tokens.
 TOKEN_BUCKETS = (0, 50, 100, 250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000)
@@ -77,6 +79,20 @@ class BuildMetrics:
                 registry=registry,
             ),
         )
+
+    def start_at_zero(self, sources: Iterable[str]) -> None:
+        """Create the series of the known labels now, at 0: a counter that appears with its
+        first increment shows Prometheus no increase (and a dashboard no line)."""
+        for outcome in ("ok", "error", "reuse_previous", "dead_letter"):
+            self.requests.labels(outcome)
+        for source in sources:
+            for cause in get_args(ReadCause)[1:]:  # every cause but "ok"
+                for required in ("true", "false"):
+                    self.source_failures.labels(source, cause, required)
+            for reason in (NOT_ENABLED, OUTRANKED, OVER_BUDGET):
+                self.dropped_items.labels(source, reason)
+        for reason in ("malformed_ref", "unknown_kind", "unresolved_ref"):
+            self.memories_dropped.labels(reason)
 
     def memory_drop_hook(self) -> Callable[[str], None]:
         """A memory source ``on_drop`` hook that counts the drop (the source logs it)."""

@@ -56,7 +56,10 @@ def create_app(
                 for model in knowledge.models()
             ]
             embedder = Embedder(TenantDatabase(pool, role=database.role), encoders)
-            yield EmbedHandler(embedder, EmbedMetrics.create(metrics.registry))
+            embed_metrics = EmbedMetrics.create(metrics.registry)
+            for model in knowledge.models():  # each model's count starts at 0
+                embed_metrics.chunks.labels(model)
+            yield EmbedHandler(embedder, embed_metrics)
 
     return ConsumerApp(
         name="embed",

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter
+
+from contextcore.memory.models import Change, RefusalReason
 
 
 @dataclass(frozen=True)
@@ -14,6 +17,16 @@ class MemoryMetrics:
     # the children counted so far, by metric and label values: ``labels()`` checks and
     # converts its values on every call, a cost per write
     _children: dict[tuple[str, ...], Counter] = field(default_factory=dict)
+
+    def start_at_zero(self) -> None:
+        """Create the series of the known labels now, at 0 (a counter that appears with its
+        first increment shows Prometheus no increase)."""
+        for operation in ("remember", "forget"):
+            self._child(self.writes, "writes", operation, "written", "")
+            for reason in get_args(RefusalReason):
+                self._child(self.writes, "writes", operation, "refused", reason)
+        for change in get_args(Change):
+            self._child(self.changes, "changes", change)
 
     def count_write(self, operation: str, outcome: str, reason: str = "") -> None:
         self._child(self.writes, "writes", operation, outcome, reason).inc()
@@ -29,7 +42,7 @@ class MemoryMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> MemoryMetrics:
-        return cls(
+        metrics = cls(
             writes=Counter(
                 "contextcore_memory_writes_total",
                 "Memory write calls answered, by operation, outcome (written, refused) and "
@@ -45,3 +58,5 @@ class MemoryMetrics:
                 registry=registry,
             ),
         )
+        metrics.start_at_zero()
+        return metrics

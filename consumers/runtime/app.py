@@ -41,6 +41,7 @@ from consumers.runtime.kafka import (
 from consumers.runtime.metrics import ConsumerLag, OldestInFlight, RuntimeMetrics
 from consumers.runtime.settings import ConsumerSettings
 from contextcore.errors import ConfigurationError
+from schemas import wire
 from schemas.envelope import DeadLetterV1
 
 log = logging.getLogger("contextcore.consumer")
@@ -124,7 +125,9 @@ class ConsumerApp:
         self.topics = topics
         self.open_handler = open_handler
         self.metrics = RuntimeMetrics.create()
-        for cause in ("gave_up", "reply_refused", "retry_refused"):  # the runtime's own, from 0
+        # the dead letters the runtime and the decoder make start at 0: a counter that
+        # appears with its first increment shows Prometheus no increase
+        for cause in ("gave_up", "reply_refused", "retry_refused", "invalid", *wire.CAUSES):
             self.metrics.dead_letters.labels(topic, cause)
         self.delivery: Delivery | None = None
         self._health: HealthServer | None = None

@@ -14,7 +14,7 @@ class UploadMetrics:
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> UploadMetrics:
-        return cls(
+        metrics = cls(
             uploads=Counter(
                 "contextcore_uploads_total",
                 "Uploads answered, by the source's status (pending, ready, failed) or rejected.",
@@ -27,3 +27,6 @@ class UploadMetrics:
                 registry=registry,
             ),
         )
+        for outcome in ("pending", "ready", "failed", "rejected"):  # at 0 from the start
+            metrics.uploads.labels(outcome)
+        return metrics

@@ -35,6 +35,7 @@ def runtime(consumer: str) -> RuntimeMetrics:
 def build() -> CollectorRegistry:
     metrics = runtime("build")
     build = BuildMetrics.create(metrics.registry)
+    build.start_at_zero(["dossier", "knowledge"])
     build.requests.labels("ok").inc()
     build.source_read("dossier", 0.002, "ok", False)
     build.source_read("knowledge", 1.0, "timeout", True)
