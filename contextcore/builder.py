@@ -121,8 +121,15 @@ class DefaultContextBuilder:
             items.extend(result)
         if required:
             raise RequiredContextSourceError([n for n, _ in required], [r for _, r in required])
-        on_drops = None if self.observer is None else self.observer.items_dropped
+        on_drops = None if self.observer is None else self._items_dropped
         return self.packer.pack(items, policy, failed_sources=failed, on_drops=on_drops)
+
+    def _items_dropped(self, drops: Mapping[tuple[str, str], int]) -> None:
+        assert self.observer is not None
+        try:
+            self.observer.items_dropped(drops)
+        except Exception:  # an observer never changes a brief
+            log.exception("the build observer failed on dropped items")
 
     async def _read(
         self, source: ContextSource | None, request: ContextRequest, spec: Spec
@@ -144,7 +151,11 @@ class DefaultContextBuilder:
             raise
         finally:
             if self.observer is not None and cause is not None:
-                self.observer.source_read(spec.name, self.clock() - started, cause, spec.required)
+                try:
+                    seconds = self.clock() - started
+                    self.observer.source_read(spec.name, seconds, cause, spec.required)
+                except Exception:  # an observer never changes a read's result
+                    log.exception("the build observer failed on a read of %s", spec.name)
 
     async def _checked_read(
         self, source: ContextSource | None, request: ContextRequest, spec: Spec

@@ -1,6 +1,6 @@
 """Render ``k8s/`` with kustomize and validate every object offline; an unknown kind fails.
 
-    python -m devstack.k8s_validate [k8s] [--kubernetes-version 1.32]
+    python -m devstack.k8s_validate [k8s] [--kubernetes-version 1.33]
 
 * Kubernetes' own kinds: ``kubernetes-validate`` (its bundled schemas), strict: an unknown
   field is an error.
@@ -81,14 +81,14 @@ def check(manifest: dict[str, Any], schemas: Path, version: str) -> Checked:
     )
 
 
-def validate(folder: Path, *, version: str = "1.32") -> list[Checked]:
+def validate(folder: Path, *, version: str = "1.33") -> list[Checked]:
     return [check(m, folder / "schemas", version) for m in render(folder)]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devstack.k8s_validate", description=__doc__)
     parser.add_argument("folder", nargs="?", default=str(ROOT / "k8s"))
-    parser.add_argument("--kubernetes-version", default="1.32")
+    parser.add_argument("--kubernetes-version", default="1.33")
     args = parser.parse_args(argv)
     results = validate(Path(args.folder), version=args.kubernetes_version)
     for result in results:

@@ -301,20 +301,34 @@ INGESTION = Board(
                 ),
             ),
         ],
-        "Sweep": [
+        "Sources and the sweep": [
+            Panel(
+                "Knowledge sources by status",
+                "short",
+                (q("max by (status) (contextcore_knowledge_sources)", "{{status}}"),),
+                description="Every tenant's sources, counted by the sweep after each run.",
+            ),
+            Panel(
+                "Oldest pending source",
+                "s",
+                (q("max(contextcore_knowledge_oldest_pending_seconds)"),),
+                description="The sweep fails a source pending for an hour.",
+                stat=True,
+                width=4,
+            ),
             Panel(
                 "Sources failed by the sweep (1h)",
                 "short",
                 (q("sum(increase(contextcore_knowledge_sources_swept_total[1h]))"),),
                 stat=True,
-                width=12,
+                width=4,
             ),
             Panel(
                 "Since the last sweep",
                 "s",
                 (q("time() - max(contextcore_sweep_last_success_timestamp_seconds)"),),
                 stat=True,
-                width=12,
+                width=4,
             ),
         ],
     },

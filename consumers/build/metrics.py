@@ -86,7 +86,7 @@ class BuildMetrics:
         for outcome in ("ok", "error", "reuse_previous", "dead_letter"):
             self.requests.labels(outcome)
         for source in sources:
-            for cause in get_args(ReadCause)[1:]:  # every cause but "ok"
+            for cause in (c for c in get_args(ReadCause) if c != "ok"):
                 for required in ("true", "false"):
                     self.source_failures.labels(source, cause, required)
             for reason in (NOT_ENABLED, OUTRANKED, OVER_BUDGET):

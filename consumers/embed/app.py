@@ -78,6 +78,7 @@ def create_app(
         kafka=kafka,
         topics=embed_topics(topics),
         open_handler=open_handler,
+        dead_letter_causes=("unknown_model",),
     )
 
 

@@ -71,6 +71,7 @@ def create_app(
         kafka=kafka,
         topics=memory_topics(topics),
         open_handler=open_handler,
+        retry_causes=("contention",),
     )
 
 

@@ -25,6 +25,7 @@ class MemoryMetrics:
             self._child(self.writes, "writes", operation, "written", "")
             for reason in get_args(RefusalReason):
                 self._child(self.writes, "writes", operation, "refused", reason)
+        self._child(self.writes, "writes", "unknown", "refused", "invalid_input")  # undecodable
         for change in get_args(Change):
             self._child(self.changes, "changes", change)
 

@@ -111,7 +111,11 @@ class ConsumerApp:
             [RuntimeMetrics, Publisher], AbstractAsyncContextManager[RecordHandler]
         ],
         version: str = "1",
+        dead_letter_causes: Sequence[str] = (),
+        retry_causes: Sequence[str] = (),
     ) -> None:
+        """``dead_letter_causes`` and ``retry_causes``: the handler's own, beside the
+        runtime's and the decoder's; their series start at 0."""
         longest = settings.longest_healthy_record_s(kafka.request_timeout_ms / 1000)
         if settings.stuck_after_s <= longest:
             raise ConfigurationError(
@@ -127,8 +131,17 @@ class ConsumerApp:
         self.metrics = RuntimeMetrics.create()
         # the dead letters the runtime and the decoder make start at 0: a counter that
         # appears with its first increment shows Prometheus no increase
-        for cause in ("gave_up", "reply_refused", "retry_refused", "invalid", *wire.CAUSES):
+        for cause in (
+            "gave_up",
+            "reply_refused",
+            "retry_refused",
+            "invalid",
+            *wire.CAUSES,
+            *dead_letter_causes,
+        ):
             self.metrics.dead_letters.labels(topic, cause)
+        for cause in retry_causes:
+            self.metrics.retries.labels(name, cause)
         self.delivery: Delivery | None = None
         self._health: HealthServer | None = None
         self._ready = False
@@ -166,8 +179,10 @@ class ConsumerApp:
             if delivery is None:  # not reachable while the app runs: the lifespan sets it first
                 log.error("%s: records arrived before the delivery was ready", name)
                 return
-            for record in records:
-                await delivery.submit(inbound_of(record))
+            inbound = [inbound_of(record) for record in records]
+            delivery.received(inbound)  # the lag counts records still waiting for a slot
+            for record in inbound:
+                await delivery.submit(record)
 
         # Evaluated annotations (this module's are strings): ``records`` pass through
         # untouched, and document the payload's schema in the AsyncAPI document.
@@ -212,7 +227,16 @@ class ConsumerApp:
         await ensure_topics(bootstrap, self.topics, timeout_s=self.kafka.connect_timeout_s)
         publisher = AiokafkaPublisher(self.kafka, client_id=f"contextcore-{self.name}")
         await publisher.start()
+        # serving before the handler opens: loading a model takes tens of seconds, and a
+        # liveness probe that finds no port meanwhile would kill the pod (live: "starting")
+        self._health = HealthServer(
+            self.metrics.registry,
+            port=self.settings.metrics_port,
+            live=self.health,
+            ready=lambda: self._ready,
+        )
         try:
+            self._health.start()
             async with self.open_handler(self.metrics, publisher) as handler:
                 self.delivery = Delivery(
                     consumer=self.name,
@@ -226,13 +250,6 @@ class ConsumerApp:
                 self.metrics.registry.register(
                     ConsumerLag(self.name, self.settings.group_id, self.delivery.lags)
                 )
-                self._health = HealthServer(
-                    self.metrics.registry,
-                    port=self.settings.metrics_port,
-                    live=self.health,
-                    ready=lambda: self._ready,
-                )
-                self._health.start()
                 yield
         finally:
             if self._health is not None:

@@ -35,8 +35,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from prometheus_client import Histogram
@@ -93,9 +93,9 @@ class Committer(Protocol):
     def owns(self, partition: TopicPartition) -> bool:
         """Whether the group assigned ``partition`` to this member right now."""
 
-    async def read_ahead(self, partition: TopicPartition) -> tuple[int | None, int | None]:
-        """The next offset this member fetches from ``partition``, and the partition's high
-        watermark as the last fetch saw it; each ``None`` while unknown."""
+    def high_watermark(self, partition: TopicPartition) -> int | None:
+        """The partition's high watermark as this member's last fetch saw it; ``None`` while
+        unknown or not assigned. No request, no side effect."""
 
 
 class RecordHandler(Protocol):
@@ -145,6 +145,7 @@ class Delivery:
         self._slots = asyncio.Semaphore(settings.max_in_flight)
         self._tasks: dict[TopicPartition, set[asyncio.Task[None]]] = {}
         self._positions: dict[TopicPartition, int] = {}
+        self._fetched: dict[TopicPartition, int] = {}  # one past the highest offset received
         self._commit_wanted = asyncio.Event()
         self._commit_lock = asyncio.Lock()
         self._committer: Committer | None = None
@@ -208,6 +209,7 @@ class Delivery:
             }
             for partition in partitions:
                 self._positions.pop(partition, None)
+                self._fetched.pop(partition, None)
             if final:
                 await self._commit(final)
         finally:
@@ -253,10 +255,18 @@ class Delivery:
 
     # ------------------------------------------------------------------ intake
 
+    def received(self, records: Iterable[Inbound]) -> None:
+        """Note a fetched batch before its records wait for slots: the lag counts them."""
+        for record in records:
+            partition = (record.topic, record.partition)
+            if record.offset >= self._fetched.get(partition, -1):
+                self._fetched[partition] = record.offset + 1
+
     async def submit(self, record: Inbound) -> None:
         """Start ``record`` once a slot is free; return without waiting for its outcome."""
         if self._closing:
             return
+        self.received((record,))
         await self._slots.acquire()
         partition = (record.topic, record.partition)
         tracker = self.in_flight.tracker(partition)
@@ -535,19 +545,18 @@ class Delivery:
 
     def _refresh_snapshot(self) -> None:
         now = self.clock()
-        self._snapshot = _Snapshot(now, self.in_flight.oldest_ages(now), self._snapshot.lags)
+        self._snapshot = _Snapshot(now, self.in_flight.oldest_ages(now), self._lags())
 
-    async def _lags(self) -> dict[TopicPartition, int]:
+    def _lags(self) -> dict[TopicPartition, int]:
+        """Per owned partition: the high watermark minus where a restart would resume. Left
+        out until the member has received a record of the partition in this assignment (the
+        resume point is unknown before) or a fetch reported its watermark."""
         lags: dict[TopicPartition, int] = {}
         if self._committer is None:
             return lags
         for partition, tracker in list(self.in_flight.trackers.items()):
-            try:
-                fetch_position, high = await self._committer.read_ahead(partition)
-            except Exception as error:  # revoked meanwhile, or the consumer is stopping
-                log.debug("%s: no lag for %s: %s", self.consumer, partition, _describe(error))
-                continue
-            resume = tracker.resume_at(fetch_position)
+            high = self._committer.high_watermark(partition)
+            resume = tracker.resume_at(self._fetched.get(partition))
             if high is not None and resume is not None:
                 lags[partition] = max(high - resume, 0)
         return lags
@@ -555,13 +564,6 @@ class Delivery:
     async def _monitor_loop(self) -> None:
         while True:
             self._refresh_snapshot()
-            try:  # a position the consumer must ask the broker for never delays the health
-                async with asyncio.timeout(_MONITOR_INTERVAL_S):
-                    lags = await self._lags()
-            except TimeoutError:
-                pass
-            else:
-                self._snapshot = replace(self._snapshot, lags=lags)
             await asyncio.sleep(_MONITOR_INTERVAL_S)
 
 

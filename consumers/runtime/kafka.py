@@ -97,14 +97,15 @@ class ConsumerCommitter:
     def owns(self, partition: Partition) -> bool:
         return TopicPartition(*partition) in self._consumer.assignment()
 
-    async def read_ahead(self, partition: Partition) -> tuple[int | None, int | None]:
+    def high_watermark(self, partition: Partition) -> int | None:
+        # highwater() reads what the last fetch response said; position() is avoided: for a
+        # partition with no position it surfaces the group's pending errors, which belong to
+        # the fetch loop
         tp = TopicPartition(*partition)
         if tp not in self._consumer.assignment():
-            return None, None
-        # known once the member has a position: no request then (aiokafka asks the group
-        # coordinator only for a partition with no position yet)
-        position = await self._consumer.position(tp)
-        return position, self._consumer.highwater(tp)
+            return None
+        high: int | None = self._consumer.highwater(tp)
+        return high
 
 
 class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -53,12 +53,13 @@ class PartitionTracker:
         """Records started and not finished."""
         return len(self.started_at) - len(self._finished)
 
-    def resume_at(self, fetch_position: int | None) -> int | None:
+    def resume_at(self, received_up_to: int | None) -> int | None:
         """Where a restart would read from: the lowest record not yet committable, else the
-        commit position, else (nothing finished in this assignment) the fetch position."""
+        commit position, else (nothing finished in this assignment) one past the highest
+        offset received, which nothing holds back."""
         if self._pending:
             return self._pending[0]
-        return self.position if self.position is not None else fetch_position
+        return self.position if self.position is not None else received_up_to
 
     def oldest_start(self) -> float | None:
         """When the lowest unfinished record started: it holds the commit position back."""

@@ -70,6 +70,19 @@ class Sweeper:
             "When the last sweep finished.",
             registry=self.registry,
         )
+        self.sources = Gauge(
+            "contextcore_knowledge_sources",
+            "Knowledge sources of every tenant by status (pending, ready, failed), counted after "
+            "each sweep.",
+            ["status"],
+            registry=self.registry,
+        )
+        self.oldest_pending = Gauge(
+            "contextcore_knowledge_oldest_pending_seconds",
+            "How long the oldest pending knowledge source has waited (0 when none is pending); "
+            "the sweep fails it after an hour.",
+            registry=self.registry,
+        )
         schema_info(self.registry)
         self._finished_at = time.monotonic()
 
@@ -93,8 +106,12 @@ class Sweeper:
                 swept.extend(batch)
                 if len(batch) < self.settings.batch:
                     break
+            counts = await store.source_counts(conn, role=self.database.role)
         finally:
             await conn.close()
+        for status, count in counts.by_status.items():
+            self.sources.labels(status).set(count)
+        self.oldest_pending.set(counts.oldest_pending_seconds or 0.0)
         for row in swept:
             self.failed.inc()
             log.warning("swept %s (%s): %s", row.source_id, row.title, row.reason)

@@ -98,6 +98,8 @@ def create_app(
         kafka=kafka,
         topics=upload_topics(topics),
         open_handler=open_handler,
+        dead_letter_causes=("refused",),
+        retry_causes=("object_store",),
     )
 
 

@@ -459,6 +459,34 @@ class Swept:
     correlation_id: str | None
 
 
+_COUNTS_SQL = """
+-- knowledge.counts: sources of every tenant by status, and the oldest pending one's age; counts
+-- only, through the owner's SECURITY DEFINER function (migration 00014)
+SELECT status, sources, oldest_pending_seconds FROM contextcore_knowledge_source_counts()
+"""
+
+
+@dataclass(frozen=True)
+class SourceCounts:
+    """Sources of every tenant by status (pending, ready, failed), and how long the oldest
+    pending one has waited (``None`` when none is pending)."""
+
+    by_status: dict[str, int]
+    oldest_pending_seconds: float | None
+
+
+async def source_counts(conn: Connection, *, role: str = SERVICE_ROLE) -> SourceCounts:
+    async with service_role(conn, role=role):
+        rows = await conn.fetch(_COUNTS_SQL)
+    counts = {status: 0 for status in ("pending", "ready", "failed")}
+    oldest: float | None = None
+    for row in rows:
+        counts[row["status"]] = row["sources"]
+        if row["oldest_pending_seconds"] is not None:
+            oldest = float(row["oldest_pending_seconds"])
+    return SourceCounts(counts, oldest)
+
+
 _SWEEP_SQL = """
 -- knowledge.sweep: fail sources (and per-model states) pending past the age, never under an
 -- hour, a bounded batch across tenants, through the owner's SECURITY DEFINER function.

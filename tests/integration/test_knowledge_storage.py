@@ -461,6 +461,36 @@ async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
     assert reply["status"] == "failed"
     assert "0 of 2 chunks stored" in reply["reason"]
     assert sweeper.registry.get_sample_value("contextcore_knowledge_sources_swept_total") == 1
+    # counted after the sweep: every tenant's sources by status, no id
+    sample = sweeper.registry.get_sample_value
+    assert sample("contextcore_knowledge_sources", {"status": "failed"}) == 1
+    assert sample("contextcore_knowledge_sources", {"status": "pending"}) == 0
+    assert sample("contextcore_knowledge_oldest_pending_seconds") == 0
+
+
+async def test_the_source_counts_span_tenants_and_name_no_row(
+    admin: asyncpg.Connection, tenants: None, database: Database
+) -> None:
+    rng = np.random.default_rng(10)
+    waiting = await seed(admin, ORG_A, unit(rng, 2), status="pending", model_status="pending")
+    await seed(admin, ORG_B, unit(rng, 2), status="ready", model_status="ready")
+    await seed(admin, ORG_B, unit(rng, 2), status="ready", model_status="ready")
+    await admin.execute(
+        "UPDATE knowledge_sources SET pending_since = now() - interval '20 minutes' WHERE id = $1",
+        waiting,
+    )
+    conn = await asyncpg.connect(database.url)  # the runtime login
+    try:
+        counts = await store.source_counts(conn)
+        # outside the function the runtime login, before it takes the service role, does not
+        # even see the schema (no USAGE), let alone a source of any tenant
+        with pytest.raises(asyncpg.UndefinedTableError):
+            await conn.fetchval("SELECT count(*) FROM knowledge_sources")
+    finally:
+        await conn.close()
+    assert counts.by_status == {"pending": 1, "ready": 2, "failed": 0}
+    assert counts.oldest_pending_seconds is not None
+    assert 1190 < counts.oldest_pending_seconds < 1300
 
 
 async def test_a_search_changes_no_setting_of_the_caller_transaction(

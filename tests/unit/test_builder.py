@@ -255,3 +255,22 @@ async def test_a_cancelled_build_reports_no_read() -> None:
     with pytest.raises(asyncio.CancelledError):
         await build
     assert observer.reads == []
+
+
+async def test_an_observer_that_raises_changes_no_brief() -> None:
+    class Broken(Observer):
+        def source_read(
+            self, source: str, seconds: float, cause: ReadCause, required: bool
+        ) -> None:
+            raise RuntimeError("metrics down")
+
+        def items_dropped(self, drops: Mapping[tuple[str, str], int]) -> None:
+            raise RuntimeError("metrics down")
+
+    sources = [StaticSource("ok", [item("ok", body="kept"), item("ok", body="x" * 2_000)])]
+    plain = await builder(*sources).build(REQUEST, policy({"name": "ok"}))
+    observed = await DefaultContextBuilder(
+        ContextSourceRegistry(sources), ContextPacker(), observer=Broken()
+    ).build(REQUEST, policy({"name": "ok"}))
+    assert observed == plain
+    assert observed.failed_sources == []

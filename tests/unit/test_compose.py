@@ -67,8 +67,13 @@ def test_prometheus_scrapes_every_metrics_port_and_loads_the_rules() -> None:
     targets = {
         target
         for job in config["scrape_configs"]
-        for group in job["static_configs"]
+        for group in job.get("static_configs", [])
         for target in group["targets"]
+    } | {  # a scaled service: every replica, by DNS
+        f"{name}:{sd['port']}"
+        for job in config["scrape_configs"]
+        for sd in job.get("dns_sd_configs", [])
+        for name in sd["names"]
     }
     expected = set()
     for consumer in CONSUMERS:

@@ -79,10 +79,10 @@ class FakeCommitter:
     def owns(self, partition: tuple[str, int]) -> bool:
         return partition in self.owned
 
-    ahead: dict[tuple[str, int], tuple[int | None, int | None]] = field(default_factory=dict)
+    watermarks: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    async def read_ahead(self, partition: tuple[str, int]) -> tuple[int | None, int | None]:
-        return self.ahead.get(partition, (None, None))
+    def high_watermark(self, partition: tuple[str, int]) -> int | None:
+        return self.watermarks.get(partition)
 
     def last(self, partition: tuple[str, int] = ("t", 0)) -> int | None:
         found = [c[partition] for c in self.commits if partition in c]
@@ -494,16 +494,22 @@ async def test_a_partition_stuck_past_the_limit_is_not_live() -> None:
 async def test_lag_runs_from_where_a_restart_would_resume_to_the_high_watermark() -> None:
     handler = Scripted(reply)
     handler.hold(1)
-    rig = Rig(handler)
-    rig.committer.ahead = {("t", 0): (3, 10), ("t", 1): (5, None)}
+    rig = Rig(handler, max_in_flight=3)
+    rig.committer.watermarks = {("t", 0): 10}
+    rig.delivery.received([record(offset) for offset in range(5)])  # 3 and 4 wait for a slot
     for offset in (0, 1, 2):
         await rig.delivery.submit(record(offset))
     for _ in range(50):
         await asyncio.sleep(0)
-    # 0 and 2 finished, 1 holds the partition: a restart resumes at 1; t[1] has no watermark yet
-    assert await rig.delivery._lags() == {("t", 0): 9}
+    # 0 and 2 finished, 1 holds the partition: a restart resumes at 1; t[1] reported nothing
+    assert rig.delivery._lags() == {("t", 0): 9}
     handler.gates[1].set()
     await rig.settle()
-    rig.committer.ahead[("t", 1)] = (5, 5)  # nothing started there: the fetch position counts
-    assert await rig.delivery._lags() == {("t", 0): 7, ("t", 1): 0}
+    assert rig.delivery._lags() == {("t", 0): 7}  # committable up to 3
+    rig.committer.watermarks[("t", 1)] = 5
+    assert ("t", 1) not in rig.delivery._lags()  # nothing received there: unknown
+    rig.delivery.received([record(4, partition=1)])
+    assert rig.delivery._lags()[("t", 1)] == 0
+    await rig.delivery.revoke([("t", 0)])
+    assert ("t", 0) not in rig.delivery._lags()  # not ours any more
     await rig.close()
