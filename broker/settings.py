@@ -21,8 +21,9 @@ class KafkaSettings(BaseSettings):
     fetch_max_wait_ms: int = Field(default=500, ge=0, le=10_000)
     """How long the broker may hold a fetch that found nothing. Apache Kafka answers a waiting
     fetch as soon as a record arrives, so its default (500) costs no latency there. Tansu, the
-    dev broker, holds every fetch to the end: a hop then waits half this on average, so the dev
-    stack sets 2 ms (at some idle CPU: each consumer polls 500 times a second)."""
+    dev broker, holds every fetch to the end of this wait (under 250 ms), records or not: a
+    hop waits all of it, so the dev stack sets 2 ms (at some idle CPU: each consumer polls 500
+    times a second; docs/delivery.md)."""
     connect_timeout_s: float = Field(default=10.0, gt=0)
     session_timeout_ms: int = Field(default=6_000, ge=1_000, le=300_000)
     """How long the group waits for a silent member before it hands its partitions to another:
@@ -35,6 +36,12 @@ class KafkaSettings(BaseSettings):
     """A publish that the broker does not acknowledge in this time fails (then it is retried)."""
     max_record_bytes: int = Field(default=1_000_000, ge=10_000)
     """The largest record a client publishes; replies and dead letters are kept under it."""
+    create_topics: bool = True
+    """A consumer creates its missing topics at start. Off where an operator owns the topics
+    (Strimzi's ``KafkaTopic``s in k8s/): a missing topic then stops the consumer with an error
+    naming it, and a consumer never races the operator with a topic of the wrong shape."""
+    topic_replication_factor: int = Field(default=1, ge=1)
+    """Replicas of a topic a consumer creates (1 suits one broker, as in docker-compose)."""
 
     @model_validator(mode="after")
     def _heartbeat_below_session(self) -> Self:

@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from broker.settings import TopicSettings
-from contextcore.errors import InfrastructureUnavailable
+from contextcore.errors import ConfigurationError, InfrastructureUnavailable
 
 
 @dataclass(frozen=True)
@@ -84,12 +84,18 @@ async def reach(start: Awaitable[None], bootstrap_servers: str, timeout_s: float
 
 
 async def ensure_topics(
-    bootstrap_servers: str, topics: list[TopicSpec], *, timeout_s: float = 10.0
+    bootstrap_servers: str,
+    topics: list[TopicSpec],
+    *,
+    timeout_s: float = 10.0,
+    create: bool = True,
+    replication_factor: int = 1,
 ) -> list[str]:
     """Create each missing topic; returns the names created (existing ones are left as they are).
 
     Raises:
         InfrastructureUnavailable: the broker did not answer within ``timeout_s``.
+        ConfigurationError: a topic is missing and ``create`` is off.
     """
     admin = AIOKafkaAdminClient(
         bootstrap_servers=bootstrap_servers, request_timeout_ms=int(timeout_s * 1000)
@@ -102,11 +108,23 @@ async def ensure_topics(
             raise
     try:
         existing = set(await admin.list_topics())
+        missing = [t for t in topics if t.name not in existing]
+        if missing and not create:
+            raise ConfigurationError(
+                f"topics missing on {bootstrap_servers}: {', '.join(t.name for t in missing)}; "
+                "create them (k8s/kafka-topics.yaml) or set CONTEXTCORE_KAFKA_CREATE_TOPICS=true"
+            )
         created: list[str] = []
-        for topic in (t for t in topics if t.name not in existing):
+        for topic in missing:
             try:
                 await admin.create_topics(
-                    [NewTopic(topic.name, num_partitions=topic.partitions, replication_factor=1)]
+                    [
+                        NewTopic(
+                            topic.name,
+                            num_partitions=topic.partitions,
+                            replication_factor=replication_factor,
+                        )
+                    ]
                 )
                 created.append(topic.name)
             except TopicAlreadyExistsError:

@@ -224,7 +224,13 @@ class ConsumerApp:
     @asynccontextmanager
     async def _lifespan(self, **_: Any) -> AsyncIterator[None]:
         bootstrap = self.kafka.require_bootstrap_servers()
-        await ensure_topics(bootstrap, self.topics, timeout_s=self.kafka.connect_timeout_s)
+        await ensure_topics(
+            bootstrap,
+            self.topics,
+            timeout_s=self.kafka.connect_timeout_s,
+            create=self.kafka.create_topics,
+            replication_factor=self.kafka.topic_replication_factor,
+        )
         publisher = AiokafkaPublisher(self.kafka, client_id=f"contextcore-{self.name}")
         await publisher.start()
         # serving before the handler opens: loading a model takes tens of seconds, and a

@@ -126,3 +126,18 @@ async def test_a_correlation_id_in_flight_cannot_be_awaited_twice(
         assert (await first).correlation_id == "X"
         again = await client.request(other, POLICY, timeout=30, correlation_id="X")  # free again
     assert again.status == "ok"
+
+
+async def test_a_consumer_that_may_not_create_topics_names_the_missing_ones(
+    config: Config,
+) -> None:
+    """CONTEXTCORE_KAFKA_CREATE_TOPICS=false (k8s/: Strimzi owns the topics): the memory
+    consumer, whose topics nobody made here, stops with one line naming them."""
+    settings = config.with_("kafka", create_topics=False)
+    process = await spawn_build_consumer(settings, consumer="memory")
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    [line] = err.decode().strip().splitlines()
+    assert line.startswith("contextcore: topics missing on ")
+    assert config.topics.memory_write in line
+    assert "CONTEXTCORE_KAFKA_CREATE_TOPICS=true" in line

@@ -40,6 +40,7 @@ def test_every_object_validates() -> None:
         "monitoring.coreos.com/v1/PodMonitor",
         "monitoring.coreos.com/v1/PrometheusRule",
         "postgresql.cnpg.io/v1/Cluster",
+        "networking.k8s.io/v1/NetworkPolicy",
     }
 
 
@@ -159,3 +160,20 @@ def test_the_database_bootstrap_makes_the_roles_and_pgvector(objects: list[dict[
 
 def test_the_prometheus_rule_is_the_alert_rules() -> None:
     assert k8s_rule.main(["--check"]) == 0
+
+
+def test_only_prometheus_reaches_the_consumers_and_only_contextcore_the_database(
+    objects: list[dict[str, Any]],
+) -> None:
+    policies = of_kind(objects, "NetworkPolicy")
+    consumers = policies["contextcore-consumers"]["spec"]
+    assert consumers["podSelector"]["matchLabels"] == {"app.kubernetes.io/part-of": "contextcore"}
+    (rule,) = consumers["ingress"]
+    assert rule["ports"] == [{"port": "metrics"}]
+    database = policies["contextcore-database"]["spec"]
+    postgres = next(r for r in database["ingress"] if r["ports"] == [{"port": 5432}])
+    assert all("namespaceSelector" not in peer for peer in postgres["from"])
+    # every Deployment's pods carry the label the policies select
+    for deployment in of_kind(objects, "Deployment").values():
+        labels = deployment["spec"]["template"]["metadata"]["labels"]
+        assert labels["app.kubernetes.io/part-of"] == "contextcore"
