@@ -18,7 +18,7 @@ import contextlib
 import logging
 import uuid
 from types import TracebackType
-from typing import Self
+from typing import Required, Self, TypedDict, Unpack
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from pydantic import ValidationError
@@ -45,6 +45,26 @@ class BuildFailed(RequestRefused):
     def __init__(self, error: ErrorInfo) -> None:
         self.error = error
         super().__init__(error.code, error.message, error.details)
+
+
+class ChannelOptions(TypedDict, total=False):
+    """How a client reaches the broker and its replies: what every client's constructor takes
+    beside its own request topic (the defaults are :class:`ReplyChannel`'s)."""
+
+    bootstrap_servers: Required[str]
+    reply_topic_prefix: str
+    fetch_max_wait_ms: int
+    connect_timeout_s: float
+
+
+def channel_options(kafka: KafkaSettings, topics: TopicSettings) -> ChannelOptions:
+    """The :class:`ChannelOptions` the settings name (``from_settings`` of every client)."""
+    return ChannelOptions(
+        bootstrap_servers=kafka.require_bootstrap_servers(),
+        reply_topic_prefix=topics.reply_prefix,
+        fetch_max_wait_ms=kafka.fetch_max_wait_ms,
+        connect_timeout_s=kafka.connect_timeout_s,
+    )
 
 
 class ReplyChannel:
@@ -145,33 +165,14 @@ class ReplyChannel:
 class ContextClient(ReplyChannel):
     """An async client of the build-request topic. Use as ``async with ContextClient(...)``."""
 
-    def __init__(
-        self,
-        *,
-        bootstrap_servers: str,
-        request_topic: str,
-        reply_topic_prefix: str = "contextcore.reply",
-        fetch_max_wait_ms: int = 500,
-        connect_timeout_s: float = 10.0,
-    ) -> None:
-        super().__init__(
-            bootstrap_servers=bootstrap_servers,
-            reply_topic_prefix=reply_topic_prefix,
-            fetch_max_wait_ms=fetch_max_wait_ms,
-            connect_timeout_s=connect_timeout_s,
-        )
+    def __init__(self, *, request_topic: str, **options: Unpack[ChannelOptions]) -> None:
+        super().__init__(**options)
         self.request_topic = request_topic
         self._pending: dict[str, asyncio.Future[BuildReplyV1]] = {}
 
     @classmethod
     def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> ContextClient:
-        return cls(
-            bootstrap_servers=kafka.require_bootstrap_servers(),
-            request_topic=topics.build_request,
-            reply_topic_prefix=topics.reply_prefix,
-            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
-            connect_timeout_s=kafka.connect_timeout_s,
-        )
+        return cls(request_topic=topics.build_request, **channel_options(kafka, topics))
 
     def _cancel_waiters(self) -> None:
         for future in self._pending.values():

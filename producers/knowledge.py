@@ -13,13 +13,14 @@ import base64
 import logging
 import uuid
 from pathlib import Path
+from typing import Unpack
 from uuid import UUID
 
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
 from contextcore.errors import DuplicateCorrelationId, ReplyTimeout, RequestRefused
-from producers.client import ReplyChannel
+from producers.client import ChannelOptions, ReplyChannel, channel_options
 from schemas.upload import InlineContent, ReingestRequestV1, UploadRequestV1, UploadStatusV1
 
 log = logging.getLogger("contextcore.client")
@@ -44,33 +45,14 @@ class UploadFailed(RequestRefused):
 
 
 class KnowledgeClient(ReplyChannel):
-    def __init__(
-        self,
-        *,
-        bootstrap_servers: str,
-        upload_topic: str,
-        reply_topic_prefix: str = "contextcore.reply",
-        fetch_max_wait_ms: int = 500,
-        connect_timeout_s: float = 10.0,
-    ) -> None:
-        super().__init__(
-            bootstrap_servers=bootstrap_servers,
-            reply_topic_prefix=reply_topic_prefix,
-            fetch_max_wait_ms=fetch_max_wait_ms,
-            connect_timeout_s=connect_timeout_s,
-        )
+    def __init__(self, *, upload_topic: str, **options: Unpack[ChannelOptions]) -> None:
+        super().__init__(**options)
         self.upload_topic = upload_topic
         self._statuses: dict[str, asyncio.Queue[UploadStatusV1]] = {}
 
     @classmethod
     def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> KnowledgeClient:
-        return cls(
-            bootstrap_servers=kafka.require_bootstrap_servers(),
-            upload_topic=topics.upload,
-            reply_topic_prefix=topics.reply_prefix,
-            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
-            connect_timeout_s=kafka.connect_timeout_s,
-        )
+        return cls(upload_topic=topics.upload, **channel_options(kafka, topics))
 
     def _on_reply(self, value: bytes, offset: int) -> None:
         try:

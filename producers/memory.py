@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from typing import Unpack
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -21,40 +22,21 @@ from pydantic import ValidationError
 from broker.settings import KafkaSettings, TopicSettings
 from contextcore.errors import DuplicateCorrelationId, ReplyTimeout
 from contextcore.memory.models import Invoker, MemoryCandidate
-from producers.client import ReplyChannel
+from producers.client import ChannelOptions, ReplyChannel, channel_options
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1
 
 log = logging.getLogger("contextcore.client")
 
 
 class MemoryClient(ReplyChannel):
-    def __init__(
-        self,
-        *,
-        bootstrap_servers: str,
-        memory_topic: str,
-        reply_topic_prefix: str = "contextcore.reply",
-        fetch_max_wait_ms: int = 500,
-        connect_timeout_s: float = 10.0,
-    ) -> None:
-        super().__init__(
-            bootstrap_servers=bootstrap_servers,
-            reply_topic_prefix=reply_topic_prefix,
-            fetch_max_wait_ms=fetch_max_wait_ms,
-            connect_timeout_s=connect_timeout_s,
-        )
+    def __init__(self, *, memory_topic: str, **options: Unpack[ChannelOptions]) -> None:
+        super().__init__(**options)
         self.memory_topic = memory_topic
         self._waiting: dict[str, asyncio.Future[MemoryAnswerV1]] = {}
 
     @classmethod
     def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> MemoryClient:
-        return cls(
-            bootstrap_servers=kafka.require_bootstrap_servers(),
-            memory_topic=topics.memory_write,
-            reply_topic_prefix=topics.reply_prefix,
-            fetch_max_wait_ms=kafka.fetch_max_wait_ms,
-            connect_timeout_s=kafka.connect_timeout_s,
-        )
+        return cls(memory_topic=topics.memory_write, **channel_options(kafka, topics))
 
     def _on_reply(self, value: bytes, offset: int) -> None:
         try:
