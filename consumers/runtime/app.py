@@ -30,6 +30,7 @@ from pydantic import BaseModel, PlainValidator
 
 from broker.settings import KafkaSettings
 from broker.topics import TopicSpec, dead_letter_topic, ensure_topics
+from consumers.runtime.decoding import DEAD_LETTER_CAUSES
 from consumers.runtime.delivery import Delivery, Health, Publisher, RecordHandler
 from consumers.runtime.health import HealthServer
 from consumers.runtime.kafka import (
@@ -38,10 +39,9 @@ from consumers.runtime.kafka import (
     RebalanceListener,
     inbound_of,
 )
-from consumers.runtime.metrics import ConsumerLag, OldestInFlight, RuntimeMetrics
+from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
 from consumers.runtime.settings import ConsumerSettings
 from contextcore.errors import ConfigurationError
-from schemas import wire
 from schemas.envelope import DeadLetterV1
 
 log = logging.getLogger("contextcore.consumer")
@@ -129,19 +129,8 @@ class ConsumerApp:
         self.topics = topics
         self.open_handler = open_handler
         self.metrics = RuntimeMetrics.create()
-        # the dead letters the runtime and the decoder make start at 0: a counter that
-        # appears with its first increment shows Prometheus no increase
-        for cause in (
-            "gave_up",
-            "reply_refused",
-            "retry_refused",
-            "invalid",
-            *wire.CAUSES,
-            *dead_letter_causes,
-        ):
-            self.metrics.dead_letters.labels(topic, cause)
-        for cause in retry_causes:
-            self.metrics.retries.labels(name, cause)
+        self.dead_letter_causes = (*DEAD_LETTER_CAUSES, *dead_letter_causes)
+        self.retry_causes = tuple(retry_causes)
         self.delivery: Delivery | None = None
         self._health: HealthServer | None = None
         self._ready = False
@@ -252,9 +241,16 @@ class ConsumerApp:
                     max_record_bytes=self.kafka.max_record_bytes,
                     metrics=self.metrics,
                 )
-                self.metrics.registry.register(OldestInFlight(self.name, self.delivery.oldest_ages))
+                self.delivery.start_at_zero(
+                    self.topic,
+                    dead_letter_causes=self.dead_letter_causes,
+                    retry_causes=self.retry_causes,
+                )
                 self.metrics.registry.register(
-                    ConsumerLag(self.name, self.settings.group_id, self.delivery.lags)
+                    oldest_in_flight(self.name, self.delivery.oldest_ages)
+                )
+                self.metrics.registry.register(
+                    consumer_lag(self.name, self.settings.group_id, self.delivery.lags)
                 )
                 yield
         finally:

@@ -20,6 +20,10 @@ from schemas.envelope import printable, reply_address
 T = TypeVar("T")
 
 Refuse = Callable[[str, str, str, list[str]], Reply]
+
+DEAD_LETTER_CAUSES = ("invalid", *wire.CAUSES)
+"""The causes of the dead letters :func:`decode_request` makes (a record with no usable
+address)."""
 """``(reply_to, correlation_id, message, details)`` -> the topic's own refusal reply."""
 
 

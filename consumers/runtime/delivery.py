@@ -162,14 +162,25 @@ class Delivery:
             for label in ("reply", "done", "retry", "dead_letter")
         }
         self._stages: dict[str, Histogram] = {}
-        # the runtime's own causes and kinds start at 0: a counter that appears with its first
-        # increment shows Prometheus no increase
-        for cause in ("timeout", "handler_error", "reply_publish"):
-            metrics.retries.labels(consumer, cause)
+
+    def start_at_zero(
+        self,
+        topic: str,
+        *,
+        dead_letter_causes: Iterable[str] = (),
+        retry_causes: Iterable[str] = (),
+    ) -> None:
+        """Create now, at 0, the series of the runtime's own causes and kinds and of the ones
+        given (the decoder's, the handler's): a counter that appears with its first increment
+        shows Prometheus no increase."""
+        for cause in ("timeout", "handler_error", "reply_publish", *retry_causes):
+            self.metrics.retries.labels(self.consumer, cause)
         for kind in ("reply", "retry", "dead_letter"):
-            metrics.publish_failures.labels(consumer, kind)
+            self.metrics.publish_failures.labels(self.consumer, kind)
         for result in ("ok", "failed"):
-            metrics.commits.labels(consumer, result)
+            self.metrics.commits.labels(self.consumer, result)
+        for cause in ("gave_up", "reply_refused", "retry_refused", *dead_letter_causes):
+            self.metrics.dead_letters.labels(topic, cause)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -7,7 +7,7 @@ cause or a partition number; never a correlation id, an organization or a messag
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -128,49 +128,56 @@ def schema_info(registry: CollectorRegistry) -> Info:
     return schema
 
 
-class OldestInFlight(Collector):
-    """``contextcore_consumer_oldest_in_flight_age_seconds{consumer,topic,partition}``.
-
-    Read at scrape time from a snapshot the event loop refreshes (the scrape runs in another
-    thread and must not walk live structures).
-    """
-
-    def __init__(self, consumer: str, snapshot: Callable[[], dict[tuple[str, int], float]]) -> None:
-        self.consumer = consumer
-        self.snapshot = snapshot
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "contextcore_consumer_oldest_in_flight_age_seconds",
-            "Age of the unfinished record that holds a partition's commit position back "
-            "(0 when nothing is in flight).",
-            labels=["consumer", "topic", "partition"],
-        )
-        for (topic, partition), age in sorted(self.snapshot().items()):
-            family.add_metric([self.consumer, topic, str(partition)], age)
-        yield family
-
-
-class ConsumerLag(Collector):
-    """``contextcore_consumer_lag_records{consumer,group,topic,partition}``: records between
-    where a restart of this member would resume and the partition's high watermark, for each
-    partition it owns. Read at scrape time from the delivery's snapshot (refreshed every
-    second); a partition whose high watermark no fetch has reported yet is left out."""
+class PartitionGauge(Collector):
+    """One gauge per owned partition, labelled ``labels`` then ``topic`` and ``partition``,
+    read at scrape time from a snapshot the event loop refreshes (the scrape runs in another
+    thread and must not walk live structures)."""
 
     def __init__(
-        self, consumer: str, group: str, snapshot: Callable[[], dict[tuple[str, int], int]]
+        self,
+        name: str,
+        documentation: str,
+        labels: dict[str, str],
+        snapshot: Callable[[], Mapping[tuple[str, int], float]],
     ) -> None:
-        self.consumer = consumer
-        self.group = group
+        self.name = name
+        self.documentation = documentation
+        self.labels = labels
         self.snapshot = snapshot
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
-            "contextcore_consumer_lag_records",
-            "Records of a partition this member owns that it has not finished: from where a "
-            "restart would resume to the high watermark.",
-            labels=["consumer", "group", "topic", "partition"],
+            self.name, self.documentation, labels=[*self.labels, "topic", "partition"]
         )
-        for (topic, partition), lag in sorted(self.snapshot().items()):
-            family.add_metric([self.consumer, self.group, topic, str(partition)], lag)
+        for (topic, partition), value in sorted(self.snapshot().items()):
+            family.add_metric([*self.labels.values(), topic, str(partition)], value)
         yield family
+
+
+def oldest_in_flight(
+    consumer: str, snapshot: Callable[[], Mapping[tuple[str, int], float]]
+) -> PartitionGauge:
+    """``contextcore_consumer_oldest_in_flight_age_seconds{consumer,topic,partition}``."""
+    return PartitionGauge(
+        "contextcore_consumer_oldest_in_flight_age_seconds",
+        "Age of the unfinished record that holds a partition's commit position back "
+        "(0 when nothing is in flight).",
+        {"consumer": consumer},
+        snapshot,
+    )
+
+
+def consumer_lag(
+    consumer: str, group: str, snapshot: Callable[[], Mapping[tuple[str, int], float]]
+) -> PartitionGauge:
+    """``contextcore_consumer_lag_records{consumer,group,topic,partition}``: records between
+    where a restart of this member would resume and the partition's high watermark, for each
+    partition it owns (a partition it has received no record of in this assignment is left
+    out)."""
+    return PartitionGauge(
+        "contextcore_consumer_lag_records",
+        "Records of a partition this member owns that it has not finished: from where a "
+        "restart would resume to the high watermark.",
+        {"consumer": consumer, "group": group},
+        snapshot,
+    )

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from consumers.build.metrics import BuildMetrics
 from consumers.embed.metrics import EmbedMetrics
 from consumers.memory.metrics import MemoryMetrics
-from consumers.runtime.metrics import ConsumerLag, OldestInFlight, RuntimeMetrics
+from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
 from consumers.sweep.app import Sweeper, SweepSettings
 from consumers.upload.metrics import UploadMetrics
 from contextcore.models import ContextBrief
@@ -27,8 +27,8 @@ def runtime(consumer: str) -> RuntimeMetrics:
     metrics.publish_failures.labels(consumer, "reply").inc()
     metrics.commits.labels(consumer, "ok").inc()
     metrics.in_flight.labels(consumer).set(1)
-    metrics.registry.register(OldestInFlight(consumer, lambda: {("t", 0): 1.5}))
-    metrics.registry.register(ConsumerLag(consumer, "g", lambda: {("t", 0): 3}))
+    metrics.registry.register(oldest_in_flight(consumer, lambda: {("t", 0): 1.5}))
+    metrics.registry.register(consumer_lag(consumer, "g", lambda: {("t", 0): 3}))
     return metrics
 
 
