@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from grafana_foundation_sdk.builders.dashboard import Dashboard, DatasourceVariable, Row
@@ -73,27 +73,47 @@ def quantiles(metric: str, selector: str, by: str = "", legend: str = "") -> tup
 
 BUILD = 'consumer="build", stage="build"'
 
+# panels two dashboards show
+BUILDS_BY_OUTCOME = Panel(
+    "Builds by outcome",
+    "reqps",
+    (
+        q(
+            f"sum by (outcome) (rate(contextcore_build_requests_total[{RATE}]))",
+            "{{outcome}}",
+        ),
+    ),
+)
+BUILD_LATENCY = Panel(
+    "Build latency (target p99 50 ms)",
+    "s",
+    quantiles("contextcore_consumer_stage_seconds", BUILD),
+)
+UPLOADS_BY_OUTCOME = Panel(
+    "Uploads by outcome",
+    "ops",
+    (q(f"sum by (outcome) (rate(contextcore_uploads_total[{RATE}]))", "{{outcome}}"),),
+)
+MEMORIES_DROPPED = Panel(
+    "Memories dropped at read",
+    "ops",
+    (
+        q(
+            f"sum by (reason) (rate(contextcore_memories_dropped_total[{RATE}]))",
+            "{{reason}}",
+        ),
+    ),
+    description="unresolved_ref is the tenant guard: a ref that does not resolve for this subject.",
+)
+
 OVERVIEW = Board(
     "contextcore-overview",
     "contextcore / Overview",
     "Is contextcore answering, how fast, and is anything stuck or dead-lettered.",
     {
         "Traffic": [
-            Panel(
-                "Builds by outcome",
-                "reqps",
-                (
-                    q(
-                        f"sum by (outcome) (rate(contextcore_build_requests_total[{RATE}]))",
-                        "{{outcome}}",
-                    ),
-                ),
-            ),
-            Panel(
-                "Build latency (target p99 50 ms)",
-                "s",
-                quantiles("contextcore_consumer_stage_seconds", BUILD),
-            ),
+            BUILDS_BY_OUTCOME,
+            BUILD_LATENCY,
             Panel(
                 "Memory writes by outcome",
                 "ops",
@@ -105,11 +125,7 @@ OVERVIEW = Board(
                     ),
                 ),
             ),
-            Panel(
-                "Uploads by outcome",
-                "ops",
-                (q(f"sum by (outcome) (rate(contextcore_uploads_total[{RATE}]))", "{{outcome}}"),),
-            ),
+            UPLOADS_BY_OUTCOME,
         ],
         "Health": [
             Panel(
@@ -152,21 +168,8 @@ BUILDS = Board(
     "Each build reads its sources concurrently, time-boxed, then packs a brief into the budgets.",
     {
         "Builds": [
-            Panel(
-                "Builds by outcome",
-                "reqps",
-                (
-                    q(
-                        f"sum by (outcome) (rate(contextcore_build_requests_total[{RATE}]))",
-                        "{{outcome}}",
-                    ),
-                ),
-            ),
-            Panel(
-                "Build latency (target p99 50 ms)",
-                "s",
-                quantiles("contextcore_consumer_stage_seconds", BUILD),
-            ),
+            BUILDS_BY_OUTCOME,
+            BUILD_LATENCY,
             Panel(
                 "Tokens per brief",
                 "short",
@@ -225,18 +228,7 @@ BUILDS = Board(
                 description="not_enabled: no enabled spec names the source; outranked: a "
                 "higher item holds the subject key; over_budget: it did not fit.",
             ),
-            Panel(
-                "Memories dropped at read",
-                "ops",
-                (
-                    q(
-                        f"sum by (reason) (rate(contextcore_memories_dropped_total[{RATE}]))",
-                        "{{reason}}",
-                    ),
-                ),
-                description="unresolved_ref is the tenant guard: a ref that does not resolve "
-                "for this subject.",
-            ),
+            MEMORIES_DROPPED,
         ],
     },
 )
@@ -248,11 +240,7 @@ INGESTION = Board(
     "source pending past its hour is failed by the sweep.",
     {
         "Uploads": [
-            Panel(
-                "Uploads by outcome",
-                "ops",
-                (q(f"sum by (outcome) (rate(contextcore_uploads_total[{RATE}]))", "{{outcome}}"),),
-            ),
+            UPLOADS_BY_OUTCOME,
             Panel(
                 "Embedding batches published and sources ready",
                 "ops",
@@ -381,17 +369,7 @@ MEMORY = Board(
             ),
         ],
         "Reading": [
-            Panel(
-                "Memories dropped at read",
-                "ops",
-                (
-                    q(
-                        f"sum by (reason) (rate(contextcore_memories_dropped_total[{RATE}]))",
-                        "{{reason}}",
-                    ),
-                ),
-                width=24,
-            ),
+            replace(MEMORIES_DROPPED, width=24),
         ],
     },
 )
