@@ -81,3 +81,73 @@ def _assemble(objects: list[bytes]) -> bytes:
         xref,
     )
     return bytes(out)
+
+
+# ------------------------------------------------------------------ hostile documents (issue 17)
+
+
+def nesting_bomb_html(levels: int) -> bytes:
+    """A paragraph at every nesting level: ``<div><p>…</p><div><p>…</p>…``. A parser that walks
+    up to the root for every paragraph spends time quadratic in ``levels``."""
+    return b"<html><body>" + b"<div><p>level</p>" * levels + b"</div>" * levels + b"</body></html>"
+
+
+def flat_tags_html(size: int) -> bytes:
+    """``size`` bytes of empty inline tags that are never closed: a tree of one node per tag."""
+    return b"<b>" * (size // 3)
+
+
+def shared_stream_pdf(
+    pages: int, stream_bytes: int = 100_000, text_lines: int | None = None
+) -> bytes:
+    """``pages`` pages that all draw one content stream of about ``stream_bytes``: small on
+    disk, but a reader that parses the stream once per page parses it ``pages`` times.
+    ``text_lines``: that many lines of text, the rest of the stream drawing (default: all text).
+    """
+    text = b"BT /F1 12 Tf 72 720 Td (shared) Tj ET\n"
+    drawing = b"0 0 m 100 100 l S\n"
+    if text_lines is None:
+        stream = text * (stream_bytes // len(text))
+    else:
+        stream = text * text_lines + drawing * (stream_bytes // len(drawing))
+    page_ids = list(range(5, 5 + pages))
+    kids = b" ".join(b"%d 0 R" % i for i in page_ids)
+    page = (
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R"
+        b" /Resources << /Font << /F1 4 0 R >> >> >>"
+    )
+    return _assemble(
+        [
+            b"<< /Type /Catalog /Pages 2 0 R >>",
+            b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, pages),
+            b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+            b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+            *([page] * pages),
+        ]
+    )
+
+
+def memory_bomb_pdf(pages: int = 40, inflated_bytes: int = 20_000_000) -> bytes:
+    """``pages`` pages, each drawing its own stream that inflates to ``inflated_bytes`` of
+    blanks, each under the per-stream inflate limit: the reader keeps every inflated stream."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [%s] /Count %d >>"
+        % (b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(pages)), pages),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+    ]
+    for number in range(pages):
+        compressor = zlib.compressobj(9)
+        blank = b" " * 1_000_000
+        body = b"".join(compressor.compress(blank) for _ in range(inflated_bytes // len(blank)))
+        stream = compressor.compress(b"%d" % number) + body + compressor.flush()
+        objects.append(
+            b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents %d 0 R"
+            b" /Resources << /Font << /F1 3 0 R >> >> >>" % (5 + 2 * number)
+        )
+        objects.append(
+            b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream)
+            + stream
+            + b"\nendstream"
+        )
+    return _assemble(objects)

@@ -2,8 +2,9 @@
 
     faststream run consumers.upload.app:app     (or: contextcore serve upload)
 
-It extracts and chunks (no model is loaded: only the model's tokenizer), so it stays small; the
-embedding group does the encoding.
+It extracts and chunks in bounded worker processes (:mod:`contextcore.knowledge.sandbox`; no
+model is loaded, only the model's tokenizer), so it stays small and a hostile document can only
+take a worker down; the embedding group does the encoding.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from consumers.upload.settings import UploadSettings
 from contextcore.knowledge.extract import Limits
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.knowledge.objects import ObjectReader
+from contextcore.knowledge.sandbox import SandboxLimits, TextSandbox
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
@@ -52,10 +54,20 @@ def create_app(
     async def open_handler(
         metrics: RuntimeMetrics, publisher: Publisher
     ) -> AsyncIterator[UploadHandler]:
+        sandbox = TextSandbox(
+            workers=upload.extract_workers,
+            limits=SandboxLimits(
+                memory_mb=upload.extract_memory_mb,
+                cpu_s=upload.extract_cpu_s,
+                wall_s=upload.extract_wall_s,
+                output_mb=upload.extract_output_mb,
+            ),
+        )
         async with verified_pool(database) as pool:
             reader = ObjectReader(
                 max_bytes=upload.max_document_bytes,
                 file_root=upload.file_root,
+                buckets=upload.s3_buckets,
                 s3_endpoint_url=upload.s3_endpoint_url,
                 s3_region=upload.s3_region,
                 tenant_prefixes=upload.s3_tenant_prefixes,
@@ -63,7 +75,8 @@ def create_app(
             ingestion = Ingestion(
                 TenantDatabase(pool, role=database.role),
                 reader,
-                knowledge.model_text(),
+                sandbox,
+                knowledge.model_windows(),
                 limits=Limits(
                     max_bytes=upload.max_document_bytes,
                     max_chars=upload.max_document_chars,
@@ -71,9 +84,16 @@ def create_app(
                 ),
                 batch_size=upload.embed_batch_chunks,
             )
-            yield UploadHandler(
-                ingestion, publisher, topics.embed, UploadMetrics.create(metrics.registry)
-            )
+            try:
+                yield UploadHandler(
+                    ingestion,
+                    publisher,
+                    topics.embed,
+                    UploadMetrics.create(metrics.registry),
+                    max_attempts=upload.max_attempts,
+                )
+            finally:
+                await sandbox.close()
 
     return ConsumerApp(
         name="upload",

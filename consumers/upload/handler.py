@@ -4,7 +4,8 @@
    ``rejected``; without one it is dead-lettered.
 2. :meth:`~contextcore.knowledge.ingest.Ingestion.prepare`: the source row, the text, the
    chunks (a reason to fail becomes a ``failed`` source, not an error of the consumer). An
-   object store that does not answer is a bounded retry.
+   address refused before anything is stored is answered ``rejected``. An object store that
+   does not answer is a bounded retry, and its last attempt fails the source with the reason.
 3. Publish the embedding batches, each acknowledged by the broker before the reply; a publish
    that fails raises, and the runtime retries the record (the batches of a redelivered upload
    are published again, and the embedding group stores each chunk once).
@@ -48,11 +49,16 @@ class UploadHandler:
         publisher: Publisher,
         embed_topic: str,
         metrics: UploadMetrics,
+        *,
+        max_attempts: int = 4,
     ) -> None:
+        """``max_attempts``: the runtime's; the last attempt of an upload whose object store
+        does not answer fails its source (the uploader hears why) instead of a dead letter."""
         self.ingestion = ingestion
         self.publisher = publisher
         self.embed_topic = embed_topic
         self.metrics = metrics
+        self.max_attempts = max_attempts
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
@@ -76,10 +82,12 @@ class UploadHandler:
         )
         try:
             with watch.stage("prepare"):
-                prepared = await self.ingestion.prepare(upload)
+                prepared = await self.ingestion.prepare(
+                    upload, last_attempt=record.attempt >= self.max_attempts
+                )
         except ObjectUnavailable as error:
             return Retry("object_store", str(error))
-        except ObjectError as error:  # the address itself is unreadable (a bad scheme)
+        except ObjectError as error:  # an address refused before anything was stored
             self.metrics.uploads.labels(outcome="rejected").inc()
             return reply(
                 decoded.reply_to,

@@ -14,12 +14,13 @@ record is redelivered after a crash at any point:
 4. The caller publishes :attr:`Prepared.batches` (again, on a redelivery: the embedding group
    stores a chunk once) and tells the uploader the status.
 
-Extraction and chunking run in a worker thread, bounded by :class:`~.extract.Limits`.
+Extraction and chunking run in a worker process (:class:`~.sandbox.TextSandbox`), bounded by
+:class:`~.extract.Limits` and the sandbox's memory, CPU, wall-time and output limits; passing one
+fails the generation with that reason, like any other reason a document has no text.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 from collections.abc import Callable
@@ -27,9 +28,10 @@ from dataclasses import dataclass
 from uuid import UUID, uuid4
 
 from contextcore.knowledge import objects, store
-from contextcore.knowledge.chunk import Chunk, ChunkSettings, Tokenizer, chunk
-from contextcore.knowledge.extract import ExtractionError, Limits, Section, extract
-from contextcore.knowledge.objects import ObjectError, ObjectReader
+from contextcore.knowledge.chunk import Chunk
+from contextcore.knowledge.extract import ExtractionError, Limits, Section
+from contextcore.knowledge.objects import ObjectError, ObjectReader, ObjectUnavailable
+from contextcore.knowledge.sandbox import Cut, ModelWindow, TextSandbox
 from contextcore.storage import ledger
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 
@@ -78,20 +80,13 @@ class Prepared:
     batches: list[Batch]
 
 
-@dataclass(frozen=True)
-class ModelText:
-    """How one model cuts text: its tokenizer and window."""
-
-    tokenizer: Tokenizer
-    settings: ChunkSettings
-
-
 class Ingestion:
     def __init__(
         self,
         database: TenantDatabase,
         reader: ObjectReader,
-        models: Callable[[str], ModelText | None],
+        sandbox: TextSandbox,
+        models: Callable[[str], ModelWindow | None],
         *,
         limits: Limits | None = None,
         batch_size: int = 32,
@@ -100,15 +95,24 @@ class Ingestion:
         process cannot cut for (the source then fails with that reason)."""
         self.database = database
         self.reader = reader
+        self.sandbox = sandbox
         self.models = models
         self.limits = limits or Limits()
         self.batch_size = batch_size
 
-    async def prepare(self, upload: Upload) -> Prepared:
-        """Raises :class:`~.objects.ObjectUnavailable` when the object store does not answer
-        (the upload is to be retried); every other failure is a failed source."""
+    async def prepare(self, upload: Upload, *, last_attempt: bool = False) -> Prepared:
+        """Every failure to read the document is a failed source, but two:
+
+        Raises:
+            ObjectError: the address is refused (malformed, a bucket or a path this service
+                does not read): nothing was stored.
+            ObjectUnavailable: the object store did not answer (the upload is to be retried);
+                on the ``last_attempt`` the source fails with that reason instead.
+        """
         scope = upload.organization_id if upload.organization_id is not None else PLATFORM
         address = objects.parse(upload.object) if upload.object is not None else None
+        if address is not None:
+            self.reader.check(address, upload.organization_id)
         uri = upload.uri
         object_key = None
         kind = "inline"
@@ -141,29 +145,32 @@ class Ingestion:
                 raise LookupError("the upload was claimed but its source is gone")
             return Prepared(state, [])
         targets = [active] if switching is None else [active, switching]
-        sections = state.sections
-        if sections is None:
-            try:
-                data = await self._content(upload, address)
-                sections = await asyncio.to_thread(extract, data, upload.media_type, self.limits)
-            except (ExtractionError, ObjectError) as error:
-                return await self._fail(state, str(error))
         try:
-            chunked = await asyncio.to_thread(self._chunk, state.title, sections, targets)
-        except ExtractionError as error:
+            if state.sections is None:
+                data = await self._content(upload, address)
+                cut = await self._cut(
+                    state.title, targets, document=data, media_type=upload.media_type
+                )
+            else:
+                cut = await self._cut(state.title, targets, sections=state.sections)
+        except (ExtractionError, ObjectError) as error:
             return await self._fail(state, str(error))
+        except ObjectUnavailable as error:
+            if not last_attempt:
+                raise
+            return await self._fail(state, f"{error} (after the last attempt)")
         async with self.database.writing(scope) as tenant:
             if state.sections is None:
                 await store.record_text(
                     tenant,
                     state.id,
                     state.generation,
-                    sections,
-                    {model: len(chunks) for model, chunks in chunked.items()},
+                    cut.sections,
+                    {model: len(chunks) for model, chunks in cut.chunks.items()},
                 )
             current = await store.source(tenant, state.id)
         assert current is not None
-        return Prepared(current, self._batches(state, chunked))
+        return Prepared(current, self._batches(state, cut.chunks))
 
     async def reingest(self, command: Reingest) -> Prepared | str:
         """A stored source again, from its stored text: a retry (a new generation, every target
@@ -192,14 +199,14 @@ class Ingestion:
         else:
             targets = list(command.models)
         try:
-            chunked = await asyncio.to_thread(self._chunk, state.title, state.sections, targets)
+            cut = await self._cut(state.title, targets, sections=state.sections)
         except ExtractionError as error:
             return str(error)
         async with self.database.writing(scope) as tenant:
             await store.expect_chunks(
-                tenant, state.id, state.generation, {m: len(c) for m, c in chunked.items()}
+                tenant, state.id, state.generation, {m: len(c) for m, c in cut.chunks.items()}
             )
-        return Prepared(state, self._batches(state, chunked))
+        return Prepared(state, self._batches(state, cut.chunks))
 
     def _batches(self, state: store.SourceState, chunked: dict[str, list[Chunk]]) -> list[Batch]:
         size = self.batch_size
@@ -219,19 +226,29 @@ class Ingestion:
         except (binascii.Error, ValueError) as error:
             raise ExtractionError("the inline content is not valid base64") from error
 
-    def _chunk(
-        self, title: str, sections: list[Section], models: list[str]
-    ) -> dict[str, list[Chunk]]:
-        chunked = {}
+    async def _cut(
+        self,
+        title: str,
+        models: list[str],
+        *,
+        document: bytes | None = None,
+        media_type: str = "",
+        sections: list[Section] | None = None,
+    ) -> Cut:
+        windows = {}
         for model in models:
-            text = self.models(model)
-            if text is None:
+            window = self.models(model)
+            if window is None:
                 raise ExtractionError(f"this service cannot cut text for the model {model!r}")
-            chunks = chunk(title, sections, text.tokenizer, text.settings)
-            if not chunks:
-                raise ExtractionError("the document has no text")
-            chunked[model] = chunks
-        return chunked
+            windows[model] = window
+        return await self.sandbox.cut(
+            title=title,
+            models=windows,
+            media_type=media_type,
+            document=document,
+            sections=sections,
+            limits=self.limits,
+        )
 
     async def _fail(self, state: store.SourceState, reason: str) -> Prepared:
         scope = state.organization_id if state.organization_id is not None else PLATFORM

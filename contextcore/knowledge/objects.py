@@ -1,23 +1,37 @@
 """Reading an uploaded object: ``s3://bucket/key`` through the S3 API, ``file:///path`` from disk.
 
-Both are tenant-checked before a byte is read, because the service's credentials can read more
-than one tenant's objects:
+Addresses are hostile input. :func:`parse` refuses an address that is not plainly one of the
+two (a NUL or control character once percent-decoded, an S3 "bucket" that is an ARN, a
+``host:port`` or ``user:pw@host``, a query or a fragment), and :meth:`ObjectReader.check`
+refuses, before a source exists and before a byte is read, what this service will not read:
 
-* an S3 key must start with the uploader's organization id and a slash (``<org>/…``), or with
-  ``platform/`` for the platform's documents, when ``tenant_prefixes`` is on (the default);
-* a file must resolve (symlinks followed) inside ``file_root``; with no root, ``file://`` is
-  refused.
+* S3: a bucket the configuration does not name (``buckets``, the allow-list: empty, none), and,
+  with ``tenant_prefixes`` (the default), a key that does not start with the uploader's
+  organization id and a slash (``platform/`` for the platform's documents). The endpoint is
+  configuration, never the address, so an address cannot send the signed request elsewhere.
+* files: anything when no ``file_root`` is set, and any path outside it.
 
-Reads are bounded: an object larger than ``max_bytes`` is refused from its size, and a read
-stops one byte past the bound (a size that lied). A missing object or a refused read is an
-:class:`ObjectError` (the source fails with it); a network failure is :class:`ObjectUnavailable`
-(the upload is retried).
+A file is opened one path component at a time from the root with ``O_NOFOLLOW`` (a symbolic
+link anywhere is refused, so a link swapped in after the check cannot lead out), the last one
+with ``O_NONBLOCK`` too (a named pipe cannot block the reading thread), and only a regular file
+is read, never past ``max_bytes``. An S3 object is read in pieces under one deadline, never past
+``max_bytes`` either.
+
+A refused address or a missing object is an :class:`ObjectError` (the uploader is told why); a
+store that does not answer is :class:`ObjectUnavailable` (the upload is tried again, a bounded
+number of times).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import ipaddress
 import os
+import re
+import stat
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,11 +42,33 @@ from contextcore.errors import ContextcoreError
 
 
 class ObjectError(ContextcoreError):
-    """The object cannot be read, for good: the message is the source's failure reason."""
+    """The object cannot be read, for good: the message is the uploader's reason."""
 
 
 class ObjectUnavailable(ContextcoreError):
     """The object store did not answer: try the upload again later."""
+
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_KEY_BYTES = 1024
+_PIECE = 1024 * 1024
+
+
+def bucket_name(name: str) -> str:
+    """``name`` when it is a plain S3 bucket name (3-63 of ``a-z 0-9 . -``, no ``..``, not an
+    IP address); an ARN, a host, a port or credentials are not.
+
+    Raises:
+        ValueError: why it is not.
+    """
+    if not _BUCKET.fullmatch(name) or ".." in name:
+        raise ValueError(f"{name[:100]!r} is not a plain S3 bucket name")
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return name
+    raise ValueError(f"{name!r} is an IP address, not a bucket name")
 
 
 @dataclass(frozen=True)
@@ -48,17 +84,30 @@ class ObjectAddress:
 
 
 def parse(address: str) -> ObjectAddress:
+    """Raises :class:`ObjectError` for anything but a plain ``s3://bucket/key`` or
+    ``file:///absolute/path``."""
     parts = urlsplit(address)
+    if parts.query or parts.fragment or "?" in address or "#" in address:
+        raise ObjectError("an object address has no query and no fragment")
+    path = unquote(parts.path)
+    if _CONTROL.search(path):
+        raise ObjectError("the object address holds a NUL or control character")
     if parts.scheme == "s3":
-        key = unquote(parts.path.lstrip("/"))
-        if not parts.netloc or not key:
-            raise ObjectError(f"{address[:200]!r} is not s3://bucket/key")
-        return ObjectAddress("s3", parts.netloc, key)
+        try:
+            bucket = bucket_name(parts.netloc)
+        except ValueError as error:
+            raise ObjectError(f"{error}: write s3://bucket/key") from None
+        key = path.lstrip("/")
+        if not key or len(key.encode()) > MAX_KEY_BYTES:
+            raise ObjectError(f"an S3 key is 1 to {MAX_KEY_BYTES} bytes")
+        return ObjectAddress("s3", bucket, key)
     if parts.scheme == "file":
         if parts.netloc not in {"", "localhost"}:
             raise ObjectError("a file:// address names no host")
-        return ObjectAddress("file", "", unquote(parts.path))
-    raise ObjectError(f"{parts.scheme!r} objects are not readable (s3:// or file://)")
+        if not path.startswith("/"):
+            raise ObjectError("a file:// address names an absolute path")
+        return ObjectAddress("file", "", path)
+    raise ObjectError(f"{parts.scheme[:20]!r} objects are not readable (s3:// or file://)")
 
 
 class ObjectReader:
@@ -67,53 +116,107 @@ class ObjectReader:
         *,
         max_bytes: int,
         file_root: Path | None = None,
+        buckets: Iterable[str] = (),
         s3_endpoint_url: str | None = None,
         s3_region: str | None = None,
         tenant_prefixes: bool = True,
         timeout_s: float = 30.0,
+        deadline_s: float = 120.0,
     ) -> None:
+        """``timeout_s`` bounds each network call, ``deadline_s`` one whole read."""
         self.max_bytes = max_bytes
-        self.file_root = file_root.resolve() if file_root is not None else None
+        self.file_root = Path(os.path.realpath(file_root)) if file_root is not None else None
+        self._roots = (
+            () if file_root is None else tuple({os.path.normpath(file_root), str(self.file_root)})
+        )
+        self.buckets = frozenset(bucket_name(b) for b in buckets)
         self.s3_endpoint_url = s3_endpoint_url
         self.s3_region = s3_region
         self.tenant_prefixes = tenant_prefixes
         self.timeout_s = timeout_s
+        self.deadline_s = deadline_s
         self._s3: Any = None
 
+    def check(self, address: ObjectAddress, organization_id: UUID | None) -> None:
+        """Refuse, before anything is stored or read, an address this service will not read.
+
+        Raises:
+            ObjectError: why.
+        """
+        if address.scheme == "file":
+            self._relative(address.key)
+            return
+        if not self.buckets:
+            raise ObjectError("s3:// uploads are off (no CONTEXTCORE_UPLOAD_S3_BUCKETS)")
+        if address.bucket not in self.buckets:
+            raise ObjectError(f"the bucket {address.bucket!r} is not one this service reads")
+        if self.tenant_prefixes:
+            prefix = "platform/" if organization_id is None else f"{organization_id}/"
+            if not address.key.startswith(prefix):
+                raise ObjectError(f"the object key must start with {prefix!r} for this scope")
+
     async def read(self, address: ObjectAddress, organization_id: UUID | None) -> bytes:
+        self.check(address, organization_id)
         if address.scheme == "file":
             return await asyncio.to_thread(self._read_file, address.key)
-        self._check_prefix(address, organization_id)
         return await asyncio.to_thread(self._read_s3, address)
 
-    def _check_prefix(self, address: ObjectAddress, organization_id: UUID | None) -> None:
-        if not self.tenant_prefixes:
-            return
-        prefix = "platform/" if organization_id is None else f"{organization_id}/"
-        if not address.key.startswith(prefix):
-            raise ObjectError(f"the object key must start with {prefix!r} for this scope")
+    # ---------------------------------------------------------------------------- files
 
-    def _read_file(self, path: str) -> bytes:
+    def _relative(self, path: str) -> list[str]:
+        """The components of ``path`` under the upload root (lexically: no ``..`` out)."""
         if self.file_root is None:
             raise ObjectError("file:// uploads are off (no CONTEXTCORE_UPLOAD_FILE_ROOT)")
-        resolved = Path(os.path.realpath(path))
-        if not resolved.is_relative_to(self.file_root):
-            raise ObjectError("the file is outside the upload root")
+        normal = os.path.normpath(path)
+        for root in self._roots:
+            if normal.startswith(root.rstrip("/") + "/"):
+                return normal[len(root.rstrip("/")) + 1 :].split("/")
+        raise ObjectError("the file is outside the upload root")
+
+    def _read_file(self, path: str) -> bytes:
+        assert self.file_root is not None
+        *folders, name = self._relative(path)
+        opened: list[int] = []
         try:
-            with resolved.open("rb") as file:
-                size = os.fstat(file.fileno()).st_size
-                if size > self.max_bytes:
-                    raise ObjectError(f"the file is {size} bytes, over the {self.max_bytes} limit")
-                data = file.read(self.max_bytes + 1)
-        except FileNotFoundError as error:
-            raise ObjectError("the file does not exist") from error
-        except IsADirectoryError as error:
-            raise ObjectError("the address names a directory") from error
-        except PermissionError as error:
-            raise ObjectError("the file is not readable") from error
-        if len(data) > self.max_bytes:
-            raise ObjectError(f"the file is over the {self.max_bytes}-byte limit")
-        return data
+            fd = os.open(self.file_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            opened.append(fd)
+            for folder in folders:
+                fd = os.open(
+                    folder,
+                    os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    dir_fd=fd,
+                )
+                opened.append(fd)
+            _regular(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode)
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd
+            )
+            opened.append(fd)
+            info = os.fstat(fd)  # what was opened, whatever was swapped in since the stat
+            _regular(info.st_mode)
+            if info.st_size > self.max_bytes:
+                raise ObjectError(
+                    f"the file is {info.st_size} bytes, over the {self.max_bytes}-byte limit"
+                )
+            return self._read_fd(fd)
+        except OSError as error:
+            raise ObjectError(_file_error(error)) from None
+        finally:
+            for descriptor in reversed(opened):
+                os.close(descriptor)
+
+    def _read_fd(self, fd: int) -> bytes:
+        pieces: list[bytes] = []
+        size = 0
+        while size <= self.max_bytes:
+            piece = os.read(fd, min(_PIECE, self.max_bytes + 1 - size))
+            if not piece:
+                return b"".join(pieces)
+            pieces.append(piece)
+            size += len(piece)
+        raise ObjectError(f"the file is over the {self.max_bytes}-byte limit")
+
+    # ------------------------------------------------------------------------------- S3
 
     def _client(self) -> Any:
         if self._s3 is None:
@@ -135,13 +238,32 @@ class ObjectReader:
     def _read_s3(self, address: ObjectAddress) -> bytes:
         from botocore.exceptions import BotoCoreError, ClientError
 
+        deadline = time.monotonic() + self.deadline_s
         try:
             response = self._client().get_object(Bucket=address.bucket, Key=address.key)
-            size = int(response.get("ContentLength") or 0)
-            if size > self.max_bytes:
-                response["Body"].close()
-                raise ObjectError(f"the object is {size} bytes, over the {self.max_bytes} limit")
-            data: bytes = response["Body"].read(self.max_bytes + 1)
+            body = response["Body"]
+            try:
+                size = int(response.get("ContentLength") or 0)
+                if size > self.max_bytes:
+                    raise ObjectError(
+                        f"the object is {size} bytes, over the {self.max_bytes} limit"
+                    )
+                pieces: list[bytes] = []
+                read = 0
+                while read <= self.max_bytes:
+                    if time.monotonic() > deadline:
+                        raise ObjectUnavailable(
+                            f"the object store sent the object too slowly (over "
+                            f"{self.deadline_s:g} s)"
+                        )
+                    piece: bytes = body.read(min(_PIECE, self.max_bytes + 1 - read))
+                    if not piece:
+                        return b"".join(pieces)
+                    pieces.append(piece)
+                    read += len(piece)
+                raise ObjectError(f"the object is over the {self.max_bytes}-byte limit")
+            finally:
+                body.close()
         except ClientError as error:
             code = str(error.response.get("Error", {}).get("Code", ""))
             if code in {"NoSuchKey", "NoSuchBucket", "404", "AccessDenied", "403"}:
@@ -149,6 +271,36 @@ class ObjectReader:
             raise ObjectUnavailable(f"the object store refused: {code or error}") from error
         except BotoCoreError as error:
             raise ObjectUnavailable(f"the object store did not answer: {error}") from error
-        if len(data) > self.max_bytes:
-            raise ObjectError(f"the object is over the {self.max_bytes}-byte limit")
-        return data
+
+
+def _regular(mode: int) -> None:
+    if stat.S_ISLNK(mode):
+        raise ObjectError(
+            "the path holds a symbolic link (links are not followed under the upload root)"
+        )
+    if not stat.S_ISREG(mode):
+        raise ObjectError(f"the address names a {_kind(mode)}, not a regular file")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "named pipe"
+    if stat.S_ISSOCK(mode):
+        return "socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+def _file_error(error: OSError) -> str:
+    if error.errno == errno.ENOENT:
+        return "the file does not exist"
+    if error.errno == errno.ELOOP:
+        return "the path holds a symbolic link (links are not followed under the upload root)"
+    if error.errno == errno.ENOTDIR:
+        return "the path holds a symbolic link or a file where a folder should be"
+    if error.errno in {errno.EACCES, errno.EPERM}:
+        return "the file is not readable"
+    return f"the file cannot be read: {error.strerror or type(error).__name__}"

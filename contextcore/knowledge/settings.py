@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import logging
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer
+from contextcore.knowledge.chunk import ChunkSettings
 from contextcore.knowledge.encoder import (
     DEFAULT_MODEL,
     Backend,
@@ -25,7 +26,7 @@ from contextcore.knowledge.encoder import (
     SharedEncoder,
     default_model_path,
 )
-from contextcore.knowledge.ingest import ModelText
+from contextcore.knowledge.sandbox import ModelWindow
 
 log = logging.getLogger("contextcore.knowledge")
 
@@ -114,13 +115,13 @@ class KnowledgeSettings(BaseSettings):
                 )
         return self.load_encoder(name)
 
-    def model_text(self) -> functools.partial[ModelText | None]:
+    def model_windows(self) -> Callable[[str], ModelWindow | None]:
         """How this process cuts text, by model name (``None`` for a model it does not know)."""
         windows = {
-            name: (path, ChunkSettings(max_tokens=window, overlap=self.chunk_overlap))
+            name: ModelWindow(path, ChunkSettings(max_tokens=window, overlap=self.chunk_overlap))
             for name, (path, window) in self.models().items()
         }
-        return functools.partial(_model_text, windows)
+        return windows.get
 
 
 class Encoders:
@@ -139,15 +140,3 @@ class Encoders:
     async def __call__(self, model: str) -> Encoder:
         """Raises KeyError for a model this process does not know."""
         return await self._shared[model]()
-
-
-@functools.cache
-def _tokenizer(path: Path) -> WordPieceTokenizer:
-    return WordPieceTokenizer(path)
-
-
-def _model_text(windows: dict[str, tuple[Path, ChunkSettings]], model: str) -> ModelText | None:
-    if model not in windows:
-        return None
-    path, settings = windows[model]
-    return ModelText(_tokenizer(path), settings)

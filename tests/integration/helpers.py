@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -165,3 +165,13 @@ class Librdkafka:
 
     def close(self) -> None:
         self.reader.close()
+
+
+async def until(
+    condition: Callable[[], object], *, timeout: float = 30.0, every: float = 0.05
+) -> None:
+    """Wait until ``condition()`` is true: a condition another process makes true, which no
+    event of ours can signal. Raises TimeoutError after ``timeout`` seconds."""
+    async with asyncio.timeout(timeout):
+        while not condition():  # noqa: ASYNC110
+            await asyncio.sleep(every)

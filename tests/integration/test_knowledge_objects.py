@@ -1,12 +1,14 @@
 """Object-backed uploads: an S3 bucket on a local S3 server (moto, the way a user points the
-consumer at their own endpoint) and files under the upload root; each read is tenant-checked
-before a byte is read (issue 8)."""
+consumer at their own endpoint) and files under the upload root. Addresses are hostile input
+(issue 17): only allowed buckets, only the tenant's prefix, only regular files under the root,
+and every refused or unreadable address ends in a status the uploader reads, never a silent
+dead letter."""
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import asyncpg
@@ -22,6 +24,7 @@ from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
 pytestmark = pytest.mark.integration
 
 BUCKET = "contextcore-docs"
+PRIVATE = "private-backups"
 
 
 @pytest.fixture
@@ -44,8 +47,16 @@ def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     client.create_bucket(Bucket=BUCKET)
     client.put_object(Bucket=BUCKET, Key=f"{ORG_A}/handbook.md", Body=HANDBOOK.encode())
     client.put_object(Bucket=BUCKET, Key=f"{ORG_B}/secret.md", Body=b"# B only\n\nB's plan.")
+    client.create_bucket(Bucket=PRIVATE)  # the service's credentials reach it; no setting names it
+    client.put_object(Bucket=PRIVATE, Key=f"{ORG_A}/payroll.md", Body=b"# Payroll\n\nSalaries.")
     yield endpoint
     server.stop()
+
+
+async def orgs(admin: asyncpg.Connection) -> None:
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
+    )
 
 
 @pytest.fixture
@@ -56,12 +67,16 @@ async def uploads(
     s3: str,
     tmp_path: Path,
 ) -> Config:
-    await admin.executemany(
-        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
-    )
+    await orgs(admin)
     root = tmp_path / "uploads"
     root.mkdir()
-    config = config.with_("upload", s3_endpoint_url=s3, s3_region="us-east-1", file_root=root)
+    config = config.with_(
+        "upload",
+        s3_endpoint_url=s3,
+        s3_region="us-east-1",
+        s3_buckets=(BUCKET,),
+        file_root=root,
+    )
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     await asyncio.gather(
         start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
@@ -69,77 +84,150 @@ async def uploads(
     return config
 
 
-async def test_an_s3_object_of_the_tenant_is_ingested_and_another_tenant_key_is_refused(
-    uploads: Config, admin: asyncpg.Connection
-) -> None:
+@pytest.fixture
+async def client(uploads: Config) -> AsyncIterator[KnowledgeClient]:
     async with KnowledgeClient(
         bootstrap_servers=uploads.bootstrap,
         upload_topic=uploads.topics.upload,
         reply_topic_prefix=uploads.topics.reply_prefix,
         fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
     ) as client:
-        ready = await client.upload(
-            organization_id=ORG_A,
-            title="Handbook",
-            media_type="text/markdown",
-            object=f"s3://{BUCKET}/{ORG_A}/handbook.md",
+        yield client
+
+
+async def refused(client: KnowledgeClient, address: str, reason: str, status: str) -> None:
+    with pytest.raises(UploadFailed, match=reason) as failure:
+        await client.upload(
+            organization_id=ORG_A, title="Hostile", media_type="text/markdown", object=address
         )
-        assert (ready.status, ready.chunks) == ("ready", 3)
-        again = await client.upload(  # the same object again: the same source, re-ingested
-            organization_id=ORG_A,
-            title="Handbook",
-            media_type="text/markdown",
-            object=f"s3://{BUCKET}/{ORG_A}/handbook.md",
-        )
-        assert (again.source_id, again.generation) == (ready.source_id, 2)
-        with pytest.raises(UploadFailed, match="must start with"):
-            await client.upload(  # A names B's object: refused before a byte is read
-                organization_id=ORG_A,
-                title="Stolen",
-                media_type="text/markdown",
-                object=f"s3://{BUCKET}/{ORG_B}/secret.md",
-            )
-        with pytest.raises(UploadFailed, match="NoSuchKey"):
-            await client.upload(
-                organization_id=ORG_A,
-                title="Missing",
-                media_type="text/markdown",
-                object=f"s3://{BUCKET}/{ORG_A}/missing.md",
-            )
+    assert failure.value.status.status == status, failure.value.status
+
+
+async def test_an_s3_object_of_the_tenant_is_ingested_and_every_other_address_refused(
+    client: KnowledgeClient, admin: asyncpg.Connection
+) -> None:
+    ready = await client.upload(
+        organization_id=ORG_A,
+        title="Handbook",
+        media_type="text/markdown",
+        object=f"s3://{BUCKET}/{ORG_A}/handbook.md",
+    )
+    assert (ready.status, ready.chunks) == ("ready", 3)
+    again = await client.upload(  # the same object again: the same source, re-ingested
+        organization_id=ORG_A,
+        title="Handbook",
+        media_type="text/markdown",
+        object=f"s3://{BUCKET}/{ORG_A}/handbook.md",
+    )
+    assert (again.source_id, again.generation) == (ready.source_id, 2)
+    # refused before anything is stored or read: rejected, with the reason
+    for address, reason in [
+        (f"s3://{BUCKET}/{ORG_B}/secret.md", "must start with"),
+        (f"s3://{PRIVATE}/{ORG_A}/payroll.md", f"'{PRIVATE}' is not one this service reads"),
+        (f"s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/{ORG_A}/x.md", "not a plain"),
+        (f"s3://127.0.0.1:{free_port()}/{ORG_A}/x.md", "not a plain S3 bucket"),
+        (f"s3://user:pw@{BUCKET}/{ORG_A}/x.md", "not a plain S3 bucket"),
+        (f"s3://{BUCKET}/{ORG_A}/x.md%00.txt", "NUL or control character"),
+    ]:
+        await refused(client, address, reason, "rejected")
+    # read and missing: the source fails, with the reason
+    await refused(client, f"s3://{BUCKET}/{ORG_A}/missing.md", "NoSuchKey", "failed")
     keys = await admin.fetch("SELECT object_key, status FROM knowledge_sources ORDER BY object_key")
     assert [tuple(r) for r in keys] == [
         (f"{BUCKET}/{ORG_A}/handbook.md", "ready"),
         (f"{BUCKET}/{ORG_A}/missing.md", "failed"),
-        (f"{BUCKET}/{ORG_B}/secret.md", "failed"),
     ]
     assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks") == 3
-    assert "B's plan" not in str(await admin.fetch("SELECT text FROM knowledge_chunks"))
+    texts = str(await admin.fetch("SELECT text FROM knowledge_chunks"))
+    assert "B's plan" not in texts
+    assert "Salaries" not in texts
 
 
-async def test_a_file_is_read_only_under_the_upload_root(uploads: Config, tmp_path: Path) -> None:
+async def test_a_store_that_never_answers_fails_the_source_on_the_last_attempt(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection, s3: str
+) -> None:
+    await orgs(admin)
+    config = config.with_(
+        "upload",
+        s3_endpoint_url=f"http://127.0.0.1:{free_port()}",  # nothing listens
+        s3_region="us-east-1",
+        s3_buckets=(BUCKET,),
+        max_attempts=2,
+        retry_backoff_s=0.05,
+    )
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    await start_consumer(config, consumer="upload")
+    async with KnowledgeClient(
+        bootstrap_servers=config.bootstrap,
+        upload_topic=config.topics.upload,
+        reply_topic_prefix=config.topics.reply_prefix,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    ) as client:
+        with pytest.raises(UploadFailed, match=r"did not answer.*\(after the last attempt\)"):
+            await client.upload(
+                organization_id=ORG_A,
+                title="Handbook",
+                media_type="text/markdown",
+                object=f"s3://{BUCKET}/{ORG_A}/handbook.md",
+            )
+    assert await admin.fetchval("SELECT status FROM knowledge_sources") == "failed"
+
+
+async def test_only_regular_files_under_the_upload_root_are_read(
+    client: KnowledgeClient, uploads: Config, tmp_path: Path
+) -> None:
     root = tmp_path / "uploads"
     (root / "guide.md").write_text(HANDBOOK)
     outside = tmp_path / "outside.md"
     outside.write_text("# Outside\n\nNot for upload.")
     os.symlink(outside, root / "link.md")
+    ready = await client.upload(
+        organization_id=ORG_A,
+        title="Guide",
+        media_type="text/markdown",
+        object=(root / "guide.md").as_uri(),
+    )
+    assert ready.chunks == 3
+    for path in (outside, Path("/etc/passwd")):
+        await refused(client, path.as_uri(), "outside the upload root", "rejected")
+    await refused(client, f"{root.as_uri()}/guide.md%00.txt", "NUL", "rejected")
+    await refused(client, (root / "link.md").as_uri(), "symbolic link", "failed")
+
+
+async def test_named_pipes_neither_block_nor_outlive_the_consumer(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """Six uploads of a named pipe nothing writes to once tied up six threads for good; now each
+    fails at once, the next upload is served, and SIGTERM still stops the process."""
+    await orgs(admin)
+    root = tmp_path / "uploads"
+    root.mkdir()
+    os.mkfifo(root / "pipe.md")
+    (root / "guide.md").write_text(HANDBOOK)
+    config = config.with_("upload", file_root=root)
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    upload, _ = await asyncio.gather(
+        start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
+    )
     async with KnowledgeClient(
-        bootstrap_servers=uploads.bootstrap,
-        upload_topic=uploads.topics.upload,
-        reply_topic_prefix=uploads.topics.reply_prefix,
+        bootstrap_servers=config.bootstrap,
+        upload_topic=config.topics.upload,
+        reply_topic_prefix=config.topics.reply_prefix,
         fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
     ) as client:
+        for attempt in range(6):
+            with pytest.raises(UploadFailed, match="names a named pipe, not a regular file"):
+                await client.upload(
+                    organization_id=ORG_A,
+                    title=f"Pipe {attempt}",
+                    media_type="text/markdown",
+                    object=(root / "pipe.md").as_uri(),
+                )
         ready = await client.upload(
             organization_id=ORG_A,
             title="Guide",
             media_type="text/markdown",
             object=(root / "guide.md").as_uri(),
         )
-        assert ready.chunks == 3
-        for path in (outside, root / "link.md", Path("/etc/passwd")):
-            with pytest.raises(UploadFailed, match="outside the upload root"):
-                await client.upload(
-                    organization_id=ORG_A,
-                    title="Escape",
-                    media_type="text/plain",
-                    object=path.as_uri(),
-                )
+        assert ready.status == "ready"
+    assert await upload.stop() == 0

@@ -3,7 +3,8 @@ sent by a librdkafka client (issue 8): every record is settled, the consumer nev
 valid record queued behind a poisoned one on the same partition is still handled.
 
 Upload records are fuzzed at the message (bytes, huge numbers, deep nesting, lone surrogates,
-NUL bytes, oversize records, wrong types, bad addresses) and at the document: random bytes
+NUL bytes, oversize records, wrong types, bad reply addresses, hostile object addresses under a
+root that holds a named pipe and a link out) and at the document: random bytes
 declared as PDF, HTML, Markdown or text, which must fail their source, not the consumer.
 """
 
@@ -12,8 +13,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -24,7 +27,7 @@ from hypothesis import strategies as st
 from broker.topics import dead_letter_topic, ensure_topics, upload_topics
 from contextcore.knowledge.encoder import DEFAULT_MODEL
 from tests.integration.conftest import Config, StartConsumer
-from tests.integration.helpers import Librdkafka, read_json
+from tests.integration.helpers import Librdkafka, free_port, read_json
 from tests.integration.test_poison_records import json_values, text_of
 
 pytestmark = pytest.mark.integration
@@ -63,7 +66,9 @@ TARGETS = [
 
 
 @st.composite
-def poison_upload(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
+def poison_upload(
+    draw: st.DrawFn, reply_to: str, correlation_id: str, file_root: str = "/srv/uploads"
+) -> bytes:
     kind = draw(
         st.sampled_from(
             [
@@ -76,6 +81,7 @@ def poison_upload(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
                 "nul",
                 "address",
                 "document",
+                "object",
             ]
         )
     )
@@ -86,6 +92,16 @@ def poison_upload(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
     message = upload(correlation_id, reply_to)
     if kind == "address":
         message["reply_to"] = draw(st.sampled_from(["", ".", "x" * 300, "\ud800", 7, None]))
+        return json.dumps(message).encode()
+    if kind == "object":  # a hostile object address: every one ends in a status with a reason
+        del message["uri"], message["content"]
+        piece = st.sampled_from(
+            ["/", "..", "%00", "%2e%2e", "%2f", "@", ":", "pipe", "guide.md", "?", "#", "\\", "%"]
+        )
+        path = draw(st.lists(piece | st.text(max_size=6), max_size=12).map("".join))
+        prefixes = ["s3://", "file://", "file:///", "s3://docs/", f"file://{file_root}/"]
+        message["object"] = draw(st.sampled_from(prefixes))
+        message["object"] += path
         return json.dumps(message).encode()
     if kind == "document":
         message["media_type"] = draw(
@@ -121,9 +137,21 @@ def poison_upload(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
 
 @pytest.mark.timeout(600)
 async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
-    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection, tmp_path: Path
 ) -> None:
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'F')", ORG)
+    root = tmp_path / "uploads"
+    root.mkdir()
+    os.mkfifo(root / "pipe")
+    (root / "guide.md").write_text("# Guide\n\nRead me.")
+    os.symlink("/etc/passwd", root / "passwd")
+    config = config.with_(
+        "upload",
+        file_root=root,
+        s3_buckets=("docs",),
+        s3_endpoint_url=f"http://127.0.0.1:{free_port()}",  # a store that never answers
+        retry_backoff_s=0.05,
+    )
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     consumer = await start_consumer(config, consumer="upload")
     reply_to = config.reply_topic("upload-fuzz")
@@ -138,7 +166,7 @@ async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
     @given(st.data())
     def fuzz(data: st.DataObject) -> None:
         correlation_id = f"fuzz-{len(sent)}"
-        value = data.draw(poison_upload(reply_to, correlation_id))
+        value = data.draw(poison_upload(reply_to, correlation_id, str(root)))
         key = data.draw(st.sampled_from([b"a", b"b"]))
         sent[correlation_id] = client.send(config.topics.upload, value, key)
         after = f"after-{correlation_id}"

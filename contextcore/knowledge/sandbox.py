@@ -1,0 +1,319 @@
+"""Extraction and chunking out of process: a small pool of :mod:`~contextcore.knowledge.worker`
+processes, each bounded, killed and replaced when it passes a bound.
+
+The bounds (:class:`SandboxLimits`) and what passing each one answers, as the failed source's
+reason that the uploader hears:
+
+* memory: the worker's address space; ``extraction exceeded 512 MB of memory``;
+* CPU time: per job, enforced by the kernel in the worker; ``extraction exceeded 60 s of CPU``;
+* wall time: per job, enforced here (a worker blocked, or starved of CPU); ``extraction
+  exceeded 90 s``;
+* output: the answer's size, read here before it is parsed; ``extraction output exceeded …``.
+
+A worker that dies (a parser that aborts, the OOM killer) fails its job with how it died, and
+the next job gets a new worker. A job whose caller is cancelled (the consumer's handling
+timeout, a drain) kills its worker, so no abandoned parse keeps a CPU busy.
+
+The worker's answer is data, validated here as untrusted input: a worker that a document took
+over can lie about its text, but not run code in the consumer or hand it malformed chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from contextcore.knowledge.chunk import Chunk, ChunkSettings
+from contextcore.knowledge.extract import ExtractionError, Limits, Section
+from contextcore.knowledge.worker import HEADER, frame
+
+log = logging.getLogger("contextcore.knowledge.sandbox")
+
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    memory_mb: int = 512
+    cpu_s: float = 60.0
+    wall_s: float = 90.0
+    output_mb: int = 64
+    recycle_rss_mb: int = 200
+    """A worker whose resident memory passed this after a job is replaced (the allocator keeps
+    what a large document used)."""
+
+    def __post_init__(self) -> None:
+        if self.memory_mb < 128:
+            raise ValueError("the extraction memory limit must be at least 128 MB")
+        if not 0 < self.cpu_s <= self.wall_s:
+            raise ValueError("the CPU limit must be positive and at most the wall limit")
+
+
+@dataclass(frozen=True)
+class ModelWindow:
+    """How one model cuts text: its tokenizer's folder and its window."""
+
+    tokenizer: Path
+    settings: ChunkSettings
+
+
+@dataclass(frozen=True)
+class Cut:
+    sections: list[Section]
+    chunks: dict[str, list[Chunk]]
+    """Per model, in order."""
+
+
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ok: bool
+    reason: Annotated[str, Field(max_length=10_000)] | None = None
+    limit: str | None = None
+    sections: list[tuple[list[str], list[str]]] | None = None
+    chunks: dict[str, list[tuple[int, str, str, int]]] | None = None
+
+
+class _Worker:
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.jobs = 0
+
+    @property
+    def stdin(self) -> asyncio.StreamWriter:
+        assert self.process.stdin is not None
+        return self.process.stdin
+
+    @property
+    def stdout(self) -> asyncio.StreamReader:
+        assert self.process.stdout is not None
+        return self.process.stdout
+
+    def rss_mb(self) -> float:
+        try:
+            with open(f"/proc/{self.process.pid}/statm") as statm:
+                return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MB
+        except (OSError, ValueError, IndexError):
+            return 0.0
+
+    async def kill(self) -> None:
+        # os.kill, not Process.kill: that polls (reaps) a process that has just exited, and
+        # the child watcher then reports it as unknown with status 255 instead of how it died.
+        # Until the watcher reaps it, the pid cannot name another process.
+        if self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGKILL)
+        await self.process.wait()
+
+    async def retire(self) -> None:
+        """Let the worker exit on its own (end of input), or kill it if it does not."""
+        if self.process.returncode is None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                self.stdin.close()
+            try:
+                await asyncio.wait_for(self.process.wait(), 2.0)
+            except TimeoutError:
+                await self.kill()
+
+
+class _Died(Exception):
+    """The worker ended before it answered."""
+
+
+class TextSandbox:
+    """Extract and chunk documents in bounded worker processes, ``workers`` at a time."""
+
+    def __init__(
+        self,
+        *,
+        workers: int = 2,
+        limits: SandboxLimits | None = None,
+        command: Sequence[str] | None = None,
+    ) -> None:
+        """``command`` starts one worker (default: this Python, ``-m
+        contextcore.knowledge.worker``); the limits are appended to it."""
+        if workers < 1:
+            raise ValueError("a sandbox needs at least one worker")
+        self.limits = limits or SandboxLimits()
+        self._command = list(command or [sys.executable, "-m", "contextcore.knowledge.worker"])
+        self._slots = asyncio.Semaphore(workers)
+        self._idle: list[_Worker] = []
+        self._busy: set[_Worker] = set()
+        self._closed = False
+
+    async def cut(
+        self,
+        *,
+        title: str,
+        models: dict[str, ModelWindow],
+        media_type: str = "",
+        document: bytes | None = None,
+        sections: list[Section] | None = None,
+        limits: Limits | None = None,
+    ) -> Cut:
+        """The sections of ``document`` (or the stored ``sections``) and their chunks per
+        model.
+
+        Raises:
+            ExtractionError: why there is no text: the document's own reason, or the bound the
+                job passed.
+        """
+        if (document is None) == (sections is None):
+            raise ValueError("give a document or its stored sections, not both")
+        job: dict[str, Any] = {
+            "title": title,
+            "media_type": media_type,
+            "limits": vars(limits or Limits()),
+            "models": {
+                name: {
+                    "tokenizer": str(window.tokenizer),
+                    "max_tokens": window.settings.max_tokens,
+                    "overlap": window.settings.overlap,
+                }
+                for name, window in models.items()
+            },
+            "sections": None if sections is None else [[s.path, s.paragraphs] for s in sections],
+        }
+        async with self._slots:
+            return await self._run(json.dumps(job).encode(), document or b"", models)
+
+    async def close(self) -> None:
+        self._closed = True
+        await asyncio.gather(*(w.retire() for w in self._idle), return_exceptions=True)
+        await asyncio.gather(*(w.kill() for w in self._busy), return_exceptions=True)
+        self._idle.clear()
+
+    async def _run(self, job: bytes, document: bytes, models: dict[str, ModelWindow]) -> Cut:
+        worker = await self._worker()
+        self._busy.add(worker)
+        started = time.monotonic()
+        reusable = False
+        try:
+            try:
+                async with asyncio.timeout(self.limits.wall_s):
+                    raw = await self._exchange(worker, job, document)
+            except TimeoutError:
+                raise ExtractionError(
+                    f"extraction exceeded {self.limits.wall_s:g} s (wall time); the worker "
+                    "was stopped"
+                ) from None
+            except _Died:
+                await worker.kill()
+                raise ExtractionError(self._death(worker)) from None
+            cut = self._parse(raw, models)
+            reusable = True  # a worker whose job failed is replaced, whatever the reason
+            return cut
+        finally:
+            self._busy.discard(worker)
+            if reusable and not self._closed and worker.rss_mb() < self.limits.recycle_rss_mb:
+                self._idle.append(worker)
+            else:  # cancelled, timed out, dead, lying, failed or grown: never reused
+                await (worker.retire() if reusable else worker.kill())
+            log.debug("a job took %.3f s", time.monotonic() - started)
+
+    async def _exchange(self, worker: _Worker, job: bytes, document: bytes) -> bytes:
+        worker.jobs += 1
+        try:
+            worker.stdin.write(frame(job) + frame(document))
+            await worker.stdin.drain()
+            head = await worker.stdout.readexactly(HEADER.size)
+        except (ConnectionError, asyncio.IncompleteReadError) as error:
+            raise _Died from error
+        (size,) = HEADER.unpack(head)
+        if size > self.limits.output_mb * MB:
+            raise ExtractionError(
+                f"extraction output exceeded {self.limits.output_mb} MB ({size} bytes)"
+            )
+        try:
+            return await worker.stdout.readexactly(size)
+        except asyncio.IncompleteReadError as error:
+            raise _Died from error
+
+    def _death(self, worker: _Worker) -> str:
+        code = worker.process.returncode
+        if code is not None and code < 0:
+            number = -code
+            if number == signal.SIGXCPU:
+                return f"extraction exceeded {self.limits.cpu_s:g} s of CPU time"
+            if number == signal.SIGKILL:
+                return (
+                    "the extraction process was killed (out of memory: its limit is "
+                    f"{self.limits.memory_mb} MB)"
+                )
+            return f"the extraction process crashed ({signal.Signals(number).name})"
+        return f"the extraction process ended unexpectedly (exit status {code})"
+
+    async def _worker(self) -> _Worker:
+        while self._idle:
+            worker = self._idle.pop()
+            if worker.process.returncode is None:
+                return worker
+        if self._closed:
+            raise ExtractionError("the service is shutting down")
+        process = await asyncio.create_subprocess_exec(
+            *self._command,
+            "--memory-bytes",
+            str(self.limits.memory_mb * MB),
+            "--cpu-seconds",
+            f"{self.limits.cpu_s:g}",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=_worker_environment(),
+            limit=2**16,
+        )
+        return _Worker(process)
+
+    def _parse(self, raw: bytes, models: dict[str, ModelWindow]) -> Cut:
+        try:
+            answer = _Answer.model_validate_json(raw)
+        except ValidationError as error:
+            raise ExtractionError(
+                f"the extraction process answered nonsense ({error.error_count()} problems)"
+            ) from None
+        if not answer.ok:
+            if answer.limit == "memory":
+                raise ExtractionError(f"extraction exceeded {self.limits.memory_mb} MB of memory")
+            raise ExtractionError(answer.reason or "extraction failed")
+        if answer.sections is None or answer.chunks is None or set(answer.chunks) != set(models):
+            raise ExtractionError("the extraction process answered nonsense (missing parts)")
+        sections = [Section(tuple(path), paragraphs) for path, paragraphs in answer.sections]
+        chunks: dict[str, list[Chunk]] = {}
+        for model, rows in answer.chunks.items():
+            window = models[model].settings
+            made = [Chunk(*row) for row in rows]
+            if not made or any(
+                c.ordinal != i or not c.text or not 0 < c.tokens <= window.max_tokens
+                for i, c in enumerate(made)
+            ):
+                raise ExtractionError("the extraction process answered nonsense (chunks)")
+            chunks[model] = made
+        return Cut(sections, chunks)
+
+
+_INHERITED = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+
+
+def _worker_environment() -> dict[str, str]:
+    """What a worker sees: no credential, one thread for the tokenizer, two malloc arenas."""
+    env = {name: os.environ[name] for name in _INHERITED if name in os.environ}
+    env.update(
+        {
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "RAYON_NUM_THREADS": "1",
+            "MALLOC_ARENA_MAX": "2",
+        }
+    )
+    return env

@@ -1,0 +1,185 @@
+"""The extraction sandbox with real worker processes: each bound fails its job with the reason,
+the next job gets a working worker, a cancelled job leaves no process behind, and a worker sees
+no credential and cannot make the consumer accept nonsense."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+
+import pytest
+
+from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer, chunk
+from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.extract import ExtractionError, Limits, extract
+from contextcore.knowledge.sandbox import ModelWindow, SandboxLimits, TextSandbox
+from tests.documents import bomb_pdf, flat_tags_html, nesting_bomb_html, shared_stream_pdf
+from tests.integration.helpers import until
+
+pytestmark = pytest.mark.integration
+
+MODEL = "m"
+WINDOWS = {MODEL: ModelWindow(default_model_path(DEFAULT_MODEL), ChunkSettings())}
+GUIDE = b"# Guide\n\nIntro.\n\n## Install\n\nRun it.\n\n## Use\n\n" + b"Go on. " * 400
+
+
+def fake_worker(body: str) -> list[str]:
+    """A stand-in worker: ``body`` runs after the job's two frames are read (``job`` holds the
+    job's JSON), with ``answer(bytes)`` to write one frame."""
+    program = (
+        "import json, os, signal, struct, sys, time\n"
+        "def frame():\n"
+        "    (n,) = struct.unpack('>Q', sys.stdin.buffer.read(8))\n"
+        "    return sys.stdin.buffer.read(n)\n"
+        "def answer(b):\n"
+        "    sys.stdout.buffer.write(struct.pack('>Q', len(b)) + b); sys.stdout.buffer.flush()\n"
+        "job = json.loads(frame()); document = frame()\n" + body
+    )
+    return [sys.executable, "-c", program]
+
+
+async def test_a_document_cuts_as_it_does_in_process() -> None:
+    sandbox = TextSandbox(workers=1)
+    try:
+        cut = await sandbox.cut(
+            title="Guide", models=WINDOWS, media_type="text/markdown", document=GUIDE
+        )
+        again = await sandbox.cut(title="Guide", models=WINDOWS, sections=cut.sections)
+    finally:
+        await sandbox.close()
+    sections = extract(GUIDE, "text/markdown")
+    tokenizer = WordPieceTokenizer(default_model_path(DEFAULT_MODEL))
+    assert cut.sections == sections
+    assert cut.chunks[MODEL] == chunk("Guide", sections, tokenizer, ChunkSettings())
+    assert again.chunks == cut.chunks
+
+
+async def test_memory_and_cpu_bounds_fail_the_job_and_the_next_one_works() -> None:
+    sandbox = TextSandbox(workers=1, limits=SandboxLimits(memory_mb=160, cpu_s=1, wall_s=30))
+    try:
+        with pytest.raises(ExtractionError, match="extraction exceeded 160 MB of memory"):
+            await sandbox.cut(  # pypdf's own inflate limit lifted: the address space stops it
+                title="Bomb",
+                models=WINDOWS,
+                media_type="application/pdf",
+                document=bomb_pdf(),
+                limits=Limits(max_stream_bytes=1_000_000_000),
+            )
+        with pytest.raises(ExtractionError, match="extraction exceeded 1 s of CPU time"):
+            await sandbox.cut(
+                title="Tags",
+                models=WINDOWS,
+                media_type="text/html",
+                document=flat_tags_html(8_000_000),
+            )
+        cut = await sandbox.cut(
+            title="Guide", models=WINDOWS, media_type="text/markdown", document=GUIDE
+        )
+        assert cut.chunks[MODEL]
+    finally:
+        await sandbox.close()
+
+
+async def test_bombs_that_were_quadratic_finish_inside_a_small_cpu_bound() -> None:
+    """20,000 nested paragraphs took 383 s and a 2,000-page PDF sharing one stream 217 s with
+    the tree-walking readers; 5 s of CPU holds both now (bench/bombs.py has the figures)."""
+    sandbox = TextSandbox(workers=2, limits=SandboxLimits(cpu_s=5, wall_s=60))
+    try:
+        nested, shared = await asyncio.gather(
+            sandbox.cut(
+                title="Nested",
+                models=WINDOWS,
+                media_type="text/html",
+                document=nesting_bomb_html(20_000),
+            ),
+            sandbox.cut(
+                title="Shared",
+                models=WINDOWS,
+                media_type="application/pdf",
+                document=shared_stream_pdf(2_000, text_lines=1),
+            ),
+        )
+    finally:
+        await sandbox.close()
+    assert sum(len(s.paragraphs) for s in nested.sections) == 20_000
+    assert len(shared.sections) == 2_000
+
+
+async def test_the_wall_bound_stops_a_worker_that_never_answers() -> None:
+    sandbox = TextSandbox(
+        workers=1,
+        limits=SandboxLimits(cpu_s=0.5, wall_s=1),
+        command=fake_worker("time.sleep(600)"),
+    )
+    try:
+        with pytest.raises(ExtractionError, match=r"extraction exceeded 1 s \(wall time\)"):
+            await sandbox.cut(title="T", models=WINDOWS, media_type="text/plain", document=b"x")
+    finally:
+        await sandbox.close()
+
+
+async def test_a_cancelled_job_kills_its_worker() -> None:
+    sandbox = TextSandbox(workers=1, command=fake_worker("time.sleep(600)"))
+    job = asyncio.create_task(
+        sandbox.cut(title="T", models=WINDOWS, media_type="text/plain", document=b"x")
+    )
+    try:
+        await until(lambda: sandbox._busy)
+        (worker,) = sandbox._busy
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        assert worker.process.returncode == -signal.SIGKILL  # killed and reaped
+    finally:
+        await sandbox.close()
+
+
+@pytest.mark.parametrize(
+    ("body", "limits", "reason"),
+    [
+        ("os.kill(os.getpid(), signal.SIGSEGV)", SandboxLimits(), r"crashed \(SIGSEGV\)"),
+        ("sys.exit(3)", SandboxLimits(), "exit status 3"),
+        ('answer(b\'{"ok": true, "sections": 5}\')', SandboxLimits(), "answered nonsense"),
+        (
+            "answer(json.dumps({'ok': True, 'sections': [], 'chunks': {'m': "
+            "[[0, '', 'x', 99999]]}}).encode())",
+            SandboxLimits(),
+            "answered nonsense",
+        ),
+        (
+            "sys.stdout.buffer.write(struct.pack('>Q', 2 * 1024 * 1024)); sys.stdout.flush()",
+            SandboxLimits(output_mb=1),
+            "extraction output exceeded 1 MB",
+        ),
+    ],
+)
+async def test_a_worker_that_dies_or_lies_fails_only_its_job(
+    body: str, limits: SandboxLimits, reason: str
+) -> None:
+    sandbox = TextSandbox(workers=1, limits=limits, command=fake_worker(body))
+    try:
+        with pytest.raises(ExtractionError, match=reason):
+            await sandbox.cut(title="T", models=WINDOWS, media_type="text/plain", document=b"x")
+    finally:
+        await sandbox.close()
+
+
+async def test_a_worker_sees_no_credential(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CONTEXTCORE_DATABASE_URL", "postgresql://runtime:secret@db/contextcore")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    sandbox = TextSandbox(
+        workers=1,
+        command=fake_worker(
+            "answer(json.dumps({'ok': False, 'reason': json.dumps(sorted(os.environ))}).encode())"
+        ),
+    )
+    try:
+        with pytest.raises(ExtractionError) as refused:
+            await sandbox.cut(title="T", models=WINDOWS, media_type="text/plain", document=b"x")
+    finally:
+        await sandbox.close()
+    names = json.loads(str(refused.value))
+    assert "PATH" in names
+    assert not [n for n in names if n.startswith(("CONTEXTCORE_", "AWS_"))]

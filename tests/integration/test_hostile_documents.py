@@ -1,0 +1,103 @@
+"""Hostile documents through the real upload consumer (issue 17): each bomb ends in a status the
+uploader reads, under limits far below what the old readers needed, and the consumer serves
+the next upload with its own memory untouched.
+
+The limits here are the test's (3 s of CPU, 256 MB) so that a regression shows as a failed
+upload, never as a slow test: the nesting bomb and the shared-stream PDF must come out ``ready``
+within 3 s of CPU (they took 383 s and 217 s before), the 8 MB of flat tags must fail on the CPU
+bound, not grow the consumer (it took the consumer to 1.2 GB), and the 0.8 MB PDF that inflates
+to 800 MB must fail on the memory bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from broker.topics import ensure_topics, upload_topics
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from producers.knowledge import KnowledgeClient, UploadFailed
+from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
+from tests.integration.conftest import Config, StartConsumer
+from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A
+
+pytestmark = pytest.mark.integration
+
+
+def peak_rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+@pytest.mark.timeout(300)
+async def test_each_bomb_ends_in_a_status_within_its_limit(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", ORG_A)
+    root = tmp_path / "uploads"
+    root.mkdir()
+    (root / "tags.html").write_bytes(flat_tags_html(8_000_000))
+    (root / "inflates.pdf").write_bytes(memory_bomb_pdf())
+    config = config.with_(
+        "upload",
+        file_root=root,
+        extract_cpu_s=3.0,
+        extract_wall_s=60.0,
+        extract_memory_mb=256,
+    )
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    upload, _ = await asyncio.gather(
+        start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
+    )
+    async with KnowledgeClient(
+        bootstrap_servers=config.bootstrap,
+        upload_topic=config.topics.upload,
+        reply_topic_prefix=config.topics.reply_prefix,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    ) as client:
+
+        async def upload_object(name: str, media_type: str) -> None:
+            await client.upload(
+                organization_id=ORG_A,
+                title=name,
+                media_type=media_type,
+                object=(root / name).as_uri(),
+            )
+
+        with pytest.raises(UploadFailed, match="extraction exceeded 3 s of CPU time"):
+            await upload_object("tags.html", "text/html")
+        with pytest.raises(UploadFailed, match="extraction exceeded 256 MB of memory"):
+            await upload_object("inflates.pdf", "application/pdf")
+        nested = await client.upload(
+            organization_id=ORG_A,
+            title="Nested",
+            media_type="text/html",
+            uri="docs://nested",
+            content=nesting_bomb_html(20_000).decode(),
+        )
+        shared = await client.upload(
+            organization_id=ORG_A,
+            title="Shared",
+            media_type="application/pdf",
+            uri="docs://shared",
+            content=shared_stream_pdf(2_000, text_lines=1),
+        )
+        guide = await client.upload(
+            organization_id=ORG_A,
+            title="Guide",
+            media_type="text/markdown",
+            uri="docs://guide",
+            content=HANDBOOK,
+        )
+    assert (nested.status, shared.status, guide.status) == ("ready", "ready", "ready")
+    assert upload.process.returncode is None
+    assert peak_rss_mb(upload.process.pid) < 300, "the consumer itself held a document's parse"
+    failed = await admin.fetch(
+        "SELECT title, status_reason FROM knowledge_sources WHERE status = 'failed' ORDER BY title"
+    )
+    assert [r["title"] for r in failed] == ["inflates.pdf", "tags.html"]

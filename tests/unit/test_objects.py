@@ -1,0 +1,132 @@
+"""Object addresses are hostile input: what parse refuses, what check refuses before anything is
+stored, and which files are read under the upload root."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from contextcore.knowledge.objects import ObjectError, ObjectReader, bucket_name, parse
+
+ORG = UUID("6f1c2a3b-0000-4000-8000-000000000001")
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/key", "not a plain S3 bucket"),
+        ("s3://store.example:9000/key", "not a plain S3 bucket"),
+        ("s3://user:pw@store.example/key", "not a plain S3 bucket"),
+        ("s3://192.168.0.10/key", "IP address"),
+        ("s3://Docs/key", "not a plain S3 bucket"),
+        ("s3://ab/key", "not a plain S3 bucket"),
+        ("s3://a..b/key", "not a plain S3 bucket"),
+        ("s3://docs/", "1 to 1024 bytes"),
+        ("s3://docs/" + "k" * 1025, "1 to 1024 bytes"),
+        ("s3://docs/a%00b", "NUL or control"),
+        ("file:///uploads/ok.md%00.txt", "NUL or control"),
+        ("file:///uploads/a%0Ab.md", "NUL or control"),
+        ("file://elsewhere/uploads/a.md", "names no host"),
+        ("file:///uploads/a.md?x=1", "no query"),
+        ("file:///uploads/a.md#top", "no fragment"),
+        ("file:relative.md", "absolute path"),
+        ("http://example.com/a.md", "not readable"),
+    ],
+)
+def test_parse_refuses_anything_but_a_plain_address(address: str, reason: str) -> None:
+    with pytest.raises(ObjectError, match=reason):
+        parse(address)
+
+
+def test_a_plain_address_parses() -> None:
+    assert parse("s3://docs.example-1/org/a%20b.md").key == "org/a b.md"
+    assert parse("file:///uploads/guide.md").key == "/uploads/guide.md"
+    assert bucket_name("docs.example-1") == "docs.example-1"
+
+
+def test_s3_reads_only_allowed_buckets_and_the_scope_prefix() -> None:
+    closed = ObjectReader(max_bytes=100)
+    with pytest.raises(ObjectError, match="s3:// uploads are off"):
+        closed.check(parse(f"s3://docs/{ORG}/a.md"), ORG)
+    reader = ObjectReader(max_bytes=100, buckets=["docs"])
+    reader.check(parse(f"s3://docs/{ORG}/a.md"), ORG)
+    reader.check(parse("s3://docs/platform/a.md"), None)
+    with pytest.raises(ObjectError, match="'private-backups' is not one this service reads"):
+        reader.check(parse(f"s3://private-backups/{ORG}/payroll.md"), ORG)
+    with pytest.raises(ObjectError, match="must start with"):
+        reader.check(parse("s3://docs/platform/a.md"), ORG)
+    with pytest.raises(ValueError, match="not a plain S3 bucket"):
+        ObjectReader(max_bytes=100, buckets=["arn:aws:s3:::docs"])
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    root = tmp_path / "uploads"
+    (root / "team").mkdir(parents=True)
+    (root / "team" / "guide.md").write_bytes(b"# Guide\n\nRead me.")
+    return root
+
+
+def read(reader: ObjectReader, path: Path | str) -> bytes:
+    address = parse(Path(path).as_uri() if isinstance(path, Path) else path)
+    return asyncio.run(reader.read(address, ORG))
+
+
+def test_a_regular_file_under_the_root_is_read(root: Path) -> None:
+    assert read(ObjectReader(max_bytes=100, file_root=root), root / "team" / "guide.md") == (
+        b"# Guide\n\nRead me."
+    )
+
+
+def test_files_are_off_without_a_root(root: Path) -> None:
+    with pytest.raises(ObjectError, match="file:// uploads are off"):
+        read(ObjectReader(max_bytes=100), root / "team" / "guide.md")
+
+
+def test_a_named_pipe_is_refused_without_blocking(root: Path) -> None:
+    os.mkfifo(root / "pipe.md")  # nothing ever writes: a blocking open would hang for good
+    with pytest.raises(ObjectError, match="names a named pipe, not a regular file"):
+        read(ObjectReader(max_bytes=100, file_root=root), root / "pipe.md")
+
+
+def test_a_socket_and_a_directory_are_refused(root: Path) -> None:
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(root / "sock.md"))
+        with pytest.raises(ObjectError, match="names a socket"):
+            read(ObjectReader(max_bytes=100, file_root=root), root / "sock.md")
+    with pytest.raises(ObjectError, match="names a directory"):
+        read(ObjectReader(max_bytes=100, file_root=root), root / "team")
+
+
+def test_a_symbolic_link_anywhere_under_the_root_is_refused(root: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.md").write_bytes(b"not for upload")
+    os.symlink(outside / "secret.md", root / "link.md")
+    os.symlink(outside, root / "linked-folder")
+    os.symlink(root / "team" / "guide.md", root / "inside-link.md")
+    reader = ObjectReader(max_bytes=100, file_root=root)
+    for path in (root / "link.md", root / "linked-folder" / "secret.md", root / "inside-link.md"):
+        with pytest.raises(ObjectError, match="symbolic link"):
+            read(reader, path)
+
+
+def test_paths_out_of_the_root_are_refused(root: Path, tmp_path: Path) -> None:
+    (tmp_path / "outside.md").write_bytes(b"x")
+    reader = ObjectReader(max_bytes=100, file_root=root)
+    for path in (f"file://{root}/../outside.md", "file:///etc/passwd", f"file://{root}"):
+        with pytest.raises(ObjectError, match="outside the upload root"):
+            read(reader, path)
+
+
+def test_a_file_over_the_limit_is_refused(root: Path) -> None:
+    (root / "big.md").write_bytes(b"x" * 101)
+    with pytest.raises(ObjectError, match="101 bytes, over the 100-byte limit"):
+        read(ObjectReader(max_bytes=100, file_root=root), root / "big.md")
+    with pytest.raises(ObjectError, match="does not exist"):
+        read(ObjectReader(max_bytes=100, file_root=root), root / "missing.md")
