@@ -10,10 +10,10 @@
     ├── RequiredContextSourceError  a required source failed; the run must fail          exit 1
     └── ClientError                 a client call got no usable answer (producers/)      exit 2
         ├── ReplyTimeout            no reply within the timeout
-        ├── DuplicateCorrelationId  that correlation id already awaits a reply here
         └── RequestRefused          the service answered with an error reply             exit 1
             ├── BuildFailed         ... to a build request (producers/client.py)
             └── UploadFailed        ... to an upload, or its source failed (producers/knowledge.py)
+                └── UploadSuperseded    a later upload of the same document replaced it
 
 Every error carries a message that fits on one line: each command-line entry point runs through
 :func:`run_command`, which prints ``<prog>: <message>`` (one line per problem of a
@@ -85,11 +85,6 @@ class ClientError(ContextcoreError):
 
 class ReplyTimeout(ClientError):
     """No reply arrived in time; the request may still be answered later (and ignored)."""
-
-
-class DuplicateCorrelationId(ClientError):
-    """A request reused a correlation id that still awaits its reply in the same client: the
-    first caller would otherwise receive the second caller's answer."""
 
 
 class RequestRefused(ClientError):

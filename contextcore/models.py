@@ -98,12 +98,16 @@ class ContextSubject(BaseModel):
 
 
 class ContextRequest(BaseModel):
-    """What one turn asks for. The subject travels here, never in the policy."""
+    """What one turn asks for. The subject travels here, never in the policy.
+
+    The query is text PostgreSQL can hold (the knowledge source searches it): a NUL byte makes
+    the request invalid at the message boundary, never a source that fails mid-build.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     subject: ContextSubject
-    query: str
+    query: StorableText
     entities: tuple[ResourceRef, ...]
     run_id: UUID | None = None
     conversation_id: UUID | None = None

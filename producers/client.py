@@ -3,12 +3,14 @@
 Request/reply over Kafka without broker support: each client creates its own one-partition reply
 topic (``<reply_topic_prefix>.<client id>``), reads it from the beginning, and deletes it on
 close. A fresh topic has no old records, so the client never depends on the broker's end offsets
-(which Tansu reports wrongly). Replies are matched by correlation id; a reply nobody waits for (a
-duplicate after a consumer restart, or a late one after a timeout) is ignored, as long as ids are
-not reused: a late reply to an id reused after its timeout would answer the new request (the
-default ids are random). One correlation id has at most one waiter: a second request with an
-id still in flight is refused (:class:`~contextcore.errors.DuplicateCorrelationId`), since it
-would receive the first one's answer.
+(which Tansu reports wrongly).
+
+Replies are matched by correlation id, and the client owns every id: each request gets a new,
+unguessable one (:func:`new_correlation_id`, 128 bits from :mod:`secrets`), never one the caller
+chose. So an id is never reused: a reply nobody waits for (a duplicate after a consumer restart,
+a late one after a timeout, one whose id this client never made) is ignored, and can never
+answer a later request, whoever made it (a caller that reused an id after its timeout used to
+receive the earlier request's reply: organization A's brief handed to organization B's caller).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import uuid
 from types import TracebackType
 from typing import Required, Self, TypedDict, Unpack
@@ -25,18 +28,19 @@ from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import TopicSpec, delete_topics, ensure_topics, reach
-from contextcore.errors import (
-    DuplicateCorrelationId,
-    InfrastructureUnavailable,
-    ReplyTimeout,
-    RequestRefused,
-)
+from contextcore.errors import InfrastructureUnavailable, ReplyTimeout, RequestRefused
 from contextcore.models import ContextBrief, ContextPolicy, ContextRequest
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 
 log = logging.getLogger("contextcore.client")
 
-__all__ = ["BuildFailed", "ContextClient", "DuplicateCorrelationId", "ReplyTimeout"]
+__all__ = ["BuildFailed", "ContextClient", "ReplyTimeout"]
+
+
+def new_correlation_id() -> str:
+    """A correlation id no caller chooses and nobody can guess (128 bits from :mod:`secrets`):
+    every client makes one per request, so a reply is only ever matched to its own request."""
+    return secrets.token_hex(16)
 
 
 class BuildFailed(RequestRefused):
@@ -190,30 +194,21 @@ class ContextClient(ReplyChannel):
             future.set_result(reply)
 
     async def request(
-        self,
-        request: ContextRequest,
-        policy: ContextPolicy,
-        *,
-        timeout: float = 10.0,
-        correlation_id: str | None = None,
+        self, request: ContextRequest, policy: ContextPolicy, *, timeout: float = 10.0
     ) -> BuildReplyV1:
         """Publish one request and return its reply, brief or error, as the service sent it.
+        The request's correlation id is a new one of this client's (the reply carries it).
 
         Raises:
-            DuplicateCorrelationId: ``correlation_id`` already awaits a reply in this client.
-            ReplyTimeout: no reply within ``timeout`` seconds.
+            ReplyTimeout: no reply within ``timeout`` seconds; a reply that comes later is
+                ignored.
         """
         envelope = BuildRequestV1(
-            correlation_id=correlation_id or uuid.uuid4().hex,
+            correlation_id=new_correlation_id(),
             reply_to=self.reply_topic,
             request=request,
             policy=policy,
         )
-        if envelope.correlation_id in self._pending:
-            raise DuplicateCorrelationId(
-                f"correlation id {envelope.correlation_id!r} already awaits a reply in this "
-                "client; use one id per request in flight"
-            )
         future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
         self._pending[envelope.correlation_id] = future
         try:
@@ -231,21 +226,15 @@ class ContextClient(ReplyChannel):
             self._pending.pop(envelope.correlation_id, None)
 
     async def build(
-        self,
-        request: ContextRequest,
-        policy: ContextPolicy,
-        *,
-        timeout: float = 10.0,
-        correlation_id: str | None = None,
+        self, request: ContextRequest, policy: ContextPolicy, *, timeout: float = 10.0
     ) -> ContextBrief:
-        """The brief for ``request`` under ``policy``.
+        """The brief for ``request`` under ``policy`` (see :meth:`request`).
 
         Raises:
             BuildFailed: the service answered with an error (invalid request, policy, …).
             ReplyTimeout: no reply within ``timeout`` seconds.
-            DuplicateCorrelationId: ``correlation_id`` already awaits a reply in this client.
         """
-        reply = await self.request(request, policy, timeout=timeout, correlation_id=correlation_id)
+        reply = await self.request(request, policy, timeout=timeout)
         if reply.status == "error":
             assert reply.error is not None
             raise BuildFailed(reply.error)

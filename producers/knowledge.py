@@ -1,9 +1,12 @@
 """``KnowledgeClient``: upload a document and wait until its source is ``ready`` (or why not).
 
 One upload gets several status replies on the client's reply topic (``pending``, then ``ready``
-or ``failed``; ``rejected`` for an invalid upload), all with its correlation id; duplicates may
-arrive (delivery is at least once) and are harmless. :meth:`KnowledgeClient.upload` returns the
-first final status.
+or ``failed``; ``rejected`` for an invalid upload; ``superseded`` when a later upload of the same
+document replaced it first), all with its correlation id; duplicates may arrive (delivery is at
+least once) and are harmless. :meth:`KnowledgeClient.upload` returns the first final status.
+Correlation ids are the client's own, new and unguessable for every call
+(:func:`~producers.client.new_correlation_id`): a status nobody waits for is ignored, and one
+meant for an earlier upload can never answer a later one.
 """
 
 from __future__ import annotations
@@ -19,13 +22,13 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import DuplicateCorrelationId, ReplyTimeout, RequestRefused
-from producers.client import ChannelOptions, ReplyChannel, channel_options
+from contextcore.errors import ReplyTimeout, RequestRefused
+from producers.client import ChannelOptions, ReplyChannel, channel_options, new_correlation_id
 from schemas.upload import InlineContent, ReingestRequestV1, UploadRequestV1, UploadStatusV1
 
 log = logging.getLogger("contextcore.client")
 
-FINAL = frozenset({"ready", "failed", "rejected"})
+FINAL = frozenset({"ready", "failed", "rejected", "superseded"})
 MEDIA_TYPES = {
     ".txt": "text/plain",
     ".md": "text/markdown",
@@ -42,6 +45,19 @@ class UploadFailed(RequestRefused):
     def __init__(self, status: UploadStatusV1) -> None:
         self.status = status
         super().__init__(status.status, status.reason or status.status, status.details)
+
+
+class UploadSuperseded(UploadFailed):
+    """A later upload (or retry) of the same document replaced this one before it was ready:
+    the source now follows that one (``status.reason`` names its generation)."""
+
+
+def _raise_unless_ready(status: UploadStatusV1) -> UploadStatusV1:
+    if status.status == "superseded":
+        raise UploadSuperseded(status)
+    if status.status != "ready":
+        raise UploadFailed(status)
+    return status
 
 
 class KnowledgeClient(ReplyChannel):
@@ -75,13 +91,13 @@ class KnowledgeClient(ReplyChannel):
         object: str | None = None,
         idempotency_key: str | None = None,
         timeout: float = 300.0,
-        correlation_id: str | None = None,
     ) -> UploadStatusV1:
         """Upload one document (inline ``content`` with a ``uri``, or an ``object`` address) to
         an organization, or to the platform when ``organization_id`` is ``None``; the ``ready``
-        status once every chunk is stored.
+        status once every chunk is stored. The correlation id is a new one of this client's.
 
         Raises:
+            UploadSuperseded: a later upload of the same document replaced this one first.
             UploadFailed: the upload was rejected or its source failed (with the reason).
             ReplyTimeout: no final status within ``timeout`` seconds.
         """
@@ -91,7 +107,7 @@ class KnowledgeClient(ReplyChannel):
         elif content is not None:
             inline = InlineContent(base64=base64.b64encode(content).decode())
         message = UploadRequestV1(
-            correlation_id=correlation_id or uuid.uuid4().hex,
+            correlation_id=new_correlation_id(),
             reply_to=self.reply_topic,
             scope="platform" if organization_id is None else "organization",
             organization_id=organization_id,
@@ -118,10 +134,11 @@ class KnowledgeClient(ReplyChannel):
         :class:`~schemas.upload.ReingestRequestV1`); with ``wait``, its final status.
 
         Raises:
+            UploadSuperseded: (``wait``) a later upload of the source replaced this one first.
             UploadFailed: (``wait``) the re-ingestion was refused or the source failed.
             ReplyTimeout: (``wait``) no final status within ``timeout`` seconds.
         """
-        correlation_id = uuid.uuid4().hex
+        correlation_id = new_correlation_id()
         message = ReingestRequestV1(
             action="reingest",
             scope="platform" if organization_id is None else "organization",
@@ -138,8 +155,6 @@ class KnowledgeClient(ReplyChannel):
         return await self._await_final(correlation_id, message.model_dump_json().encode(), timeout)
 
     async def _await_final(self, key: str, value: bytes, timeout: float) -> UploadStatusV1:
-        if key in self._statuses:
-            raise DuplicateCorrelationId(f"correlation id {key!r} already awaits a status")
         queue: asyncio.Queue[UploadStatusV1] = asyncio.Queue()
         self._statuses[key] = queue
         try:
@@ -153,9 +168,7 @@ class KnowledgeClient(ReplyChannel):
             raise ReplyTimeout(f"upload {key} was not final within {timeout:g} s") from None
         finally:
             self._statuses.pop(key, None)
-        if status.status != "ready":
-            raise UploadFailed(status)
-        return status
+        return _raise_unless_ready(status)
 
     async def upload_file(
         self,

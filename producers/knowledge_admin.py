@@ -12,7 +12,8 @@ run unless given ``--apply`` (it prints what it would do).
 
 Data commands use the runtime login (``CONTEXTCORE_DATABASE_URL``) in the named scope, so row
 security applies to them as to the services; ``retry`` and ``switch prepare`` ask the upload
-consumer over Kafka; ``index`` needs the schema owner (``CONTEXTCORE_DATABASE_OWNER_URL``).
+consumer over Kafka; ``index`` and ``switch prepare --apply`` (which registers the model in the
+global catalog, no tenant's to write) need the schema owner (``CONTEXTCORE_DATABASE_OWNER_URL``).
 Exit status: 0; 1 when the command is refused (out of order, not found); 2 when a setting is
 missing or a service unreachable.
 """
@@ -100,13 +101,13 @@ async def _prepare(scope: Scope, model: str, dimensions: int, apply: bool) -> in
         print("dry run: --apply sets the next model and asks for the embeddings")
         return 0
     settings = DatabaseSettings()
-    conn = await connect(settings.require_url(), timeout_s=settings.connect_timeout_s)
+    owner = await connect(settings.require_owner_url(), timeout_s=settings.connect_timeout_s)
     try:
-        await admin.register_model(conn, model, dimensions)
+        await admin.register_model(owner, model, dimensions)
     except ValueError as error:
         raise Refused(str(error)) from error
     finally:
-        await conn.close()
+        await owner.close()
     async with _scope(scope) as tenant:
         await admin.set_next(tenant, model)
     organization = scope if isinstance(scope, UUID) else None

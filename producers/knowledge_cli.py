@@ -1,8 +1,9 @@
 """``contextcore-upload FILE (--organization ID | --platform)``: upload a document, wait for it.
 
 Prints the final status as JSON. Exit status (``contextcore.errors.exit_code``): 0 when the
-source is ready; 1 when it was rejected or failed (the reason is printed); 2 when the broker is
-unreachable or no final status came in time.
+source is ready; 1 when it was rejected, failed or superseded by a later upload of the same
+document (the reason is printed); 2 when the broker is unreachable or no final status came in
+time.
 """
 
 from __future__ import annotations

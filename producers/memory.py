@@ -6,7 +6,9 @@ answer to re-observing unchanged text. Records are keyed by organization (one te
 share a partition), but the consumer applies many at once: two calls on one chain race, and
 the database keeps the chain linear. Delivery is at least once: the idempotency key (a fresh
 uuid4 per call unless given; a key is unique in its organization) makes a redelivered call
-answer the same and write nothing.
+answer the same and write nothing. Correlation ids are the client's own, new and unguessable for
+every call (:func:`~producers.client.new_correlation_id`), and never stored: an answer nobody
+waits for is ignored, and one meant for an earlier call can never answer a later one.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import DuplicateCorrelationId, ReplyTimeout
+from contextcore.errors import ReplyTimeout
 from contextcore.memory.models import Invoker, MemoryCandidate
-from producers.client import ChannelOptions, ReplyChannel, channel_options
+from producers.client import ChannelOptions, ReplyChannel, channel_options, new_correlation_id
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1
 
 log = logging.getLogger("contextcore.client")
@@ -65,12 +67,11 @@ class MemoryClient(ReplyChannel):
         Raises:
             ReplyTimeout: no answer within ``timeout`` seconds.
         """
-        correlation_id = uuid.uuid4().hex
         message = RememberV1(
             action="remember",
-            correlation_id=correlation_id,
+            correlation_id=new_correlation_id(),
             reply_to=self.reply_topic,
-            idempotency_key=idempotency_key or correlation_id,
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
             principal=principal,
             memory=memory,
         )
@@ -89,12 +90,11 @@ class MemoryClient(ReplyChannel):
         Raises:
             ReplyTimeout: no answer within ``timeout`` seconds.
         """
-        correlation_id = uuid.uuid4().hex
         message = ForgetV1(
             action="forget",
-            correlation_id=correlation_id,
+            correlation_id=new_correlation_id(),
             reply_to=self.reply_topic,
-            idempotency_key=idempotency_key or correlation_id,
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
             principal=principal,
             memory_id=memory_id,
         )
@@ -104,8 +104,6 @@ class MemoryClient(ReplyChannel):
         self, organization_id: UUID, message: RememberV1 | ForgetV1, timeout: float
     ) -> MemoryAnswerV1:
         key = message.correlation_id
-        if key in self._waiting:
-            raise DuplicateCorrelationId(f"correlation id {key!r} already awaits an answer")
         waiter: asyncio.Future[MemoryAnswerV1] = asyncio.get_running_loop().create_future()
         self._waiting[key] = waiter
         try:

@@ -15,7 +15,9 @@ upload with the same identity updates that source and re-ingests it.
 
 Status replies go to ``reply_to`` with the ``correlation_id``: ``pending`` when the upload is
 accepted, then ``ready`` (with the chunk count) or ``failed`` (with the reason); ``rejected``
-when the upload itself is invalid. Delivery is at least once: a status may arrive twice.
+when the upload itself is invalid; ``superseded`` when a later upload of the same document
+replaced this one before it was final (the reason names the generation that replaced it).
+Delivery is at least once: a status may arrive twice.
 """
 
 from __future__ import annotations
@@ -133,7 +135,10 @@ def parse_upload_topic(data: Any) -> UploadRequestV1 | ReingestRequestV1:
     return UploadTopicV1.model_validate(data).root
 
 
-UploadStatus = Literal["pending", "ready", "failed", "rejected"]
+UploadStatus = Literal["pending", "ready", "failed", "rejected", "superseded"]
+"""``pending`` is the only status that is not final. ``superseded``: a later upload (or retry)
+of the same document started the source's next generation while this one's was pending; the
+source's statuses answer that later upload from then on, so this one is told it was replaced."""
 
 
 class UploadStatusV1(BaseModel):
@@ -149,7 +154,7 @@ class UploadStatusV1(BaseModel):
     chunks: int | None = None
     """The chunk count under the live model (``ready``)."""
     reason: str | None = None
-    """Why it ``failed`` or was ``rejected``."""
+    """Why it ``failed``, was ``rejected`` or ``superseded``."""
     details: list[str] = Field(default_factory=list)
 
 

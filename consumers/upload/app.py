@@ -33,7 +33,8 @@ from schemas.upload import EmbedBatchV1, UploadStatusV1, UploadTopicV1
 DESCRIPTION = (
     "Admin document uploads for the knowledge base (inline, s3:// or file://). Each is answered "
     "on its reply_to with its correlation_id: pending (accepted), failed (with the reason) or "
-    "rejected; ready follows from the embedding group once every chunk is stored."
+    "rejected; ready follows from the embedding group once every chunk is stored, or "
+    "superseded when a later upload of the same document replaced it first."
 )
 
 

@@ -9,7 +9,12 @@
 3. Publish the embedding batches, each acknowledged by the broker before the reply; a publish
    that fails raises, and the runtime retries the record (the batches of a redelivered upload
    are published again, and the embedding group stores each chunk once).
-4. Reply the source's status (``pending``, or ``failed`` with the reason).
+4. Reply the source's status (``pending``, or ``failed`` with the reason), or ``superseded``
+   when a later upload of the same document replaced this one's generation.
+
+An upload that replaces a generation still pending also tells that generation's uploader
+``superseded`` (:meth:`UploadHandler.tell_superseded`), on the address the source row is
+about to forget: nobody else could tell it any more.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import logging
 
 from consumers.runtime.decoding import decode_request
-from consumers.runtime.delivery import Publisher
+from consumers.runtime.delivery import Publisher, PublishError
 from consumers.runtime.records import (
     DeadLetter,
     Done,
@@ -28,14 +33,16 @@ from consumers.runtime.records import (
     Stopwatch,
 )
 from consumers.upload.metrics import UploadMetrics
-from consumers.upload.replies import rejected, reply, status_of
-from contextcore.knowledge.ingest import Batch, Ingestion, Reingest, Upload
+from consumers.upload.replies import rejected, reply, status_of, superseded
+from contextcore.knowledge.ingest import Batch, Ingestion, Prepared, Reingest, Upload
 from contextcore.knowledge.objects import ObjectError, ObjectUnavailable
+from contextcore.knowledge.store import Superseded
 from schemas.upload import (
     EmbedBatchV1,
     EmbedChunkV1,
     ReingestRequestV1,
     UploadRequestV1,
+    UploadStatusV1,
     parse_upload_topic,
 )
 
@@ -83,7 +90,9 @@ class UploadHandler:
         try:
             with watch.stage("prepare"):
                 prepared = await self.ingestion.prepare(
-                    upload, last_attempt=record.attempt >= self.max_attempts
+                    upload,
+                    last_attempt=record.attempt >= self.max_attempts,
+                    replaced=self.tell_superseded,
                 )
         except ObjectUnavailable as error:
             return Retry("object_store", str(error))
@@ -97,13 +106,10 @@ class UploadHandler:
         with watch.stage("publish_batches"):
             for batch in prepared.batches:
                 await self.publish(batch)
-        self.metrics.uploads.labels(outcome=prepared.source.status).inc()
+        status = answer(prepared, decoded.correlation_id)
+        self.metrics.uploads.labels(outcome=status.status).inc()
         self.metrics.batches_published.inc(len(prepared.batches))
-        return reply(
-            decoded.reply_to,
-            decoded.correlation_id,
-            status_of(prepared.source, decoded.correlation_id),
-        )
+        return reply(decoded.reply_to, decoded.correlation_id, status)
 
     async def reingest(self, command: ReingestRequestV1, watch: Stopwatch) -> Outcome:
         with watch.stage("prepare"):
@@ -115,7 +121,8 @@ class UploadHandler:
                     models=tuple(command.models) if command.models else None,
                     reply_to=command.reply_to,
                     correlation_id=command.correlation_id,
-                )
+                ),
+                replaced=self.tell_superseded,
             )
         if isinstance(prepared, str):
             self.metrics.uploads.labels(outcome="rejected").inc()
@@ -129,8 +136,29 @@ class UploadHandler:
         self.metrics.batches_published.inc(len(prepared.batches))
         if command.reply_to is None or command.correlation_id is None:
             return Done()
-        status = status_of(prepared.source, command.correlation_id)
+        status = answer(prepared, command.correlation_id)
         return reply(command.reply_to, command.correlation_id, status)
+
+    async def tell_superseded(self, replaced: Superseded) -> None:
+        """Tell the uploader of a pending generation this record's upload replaced: its final
+        status, ``superseded``. Awaited as soon as the accept commits, before anything else can
+        fail. A publish the broker refuses is logged, not retried: a redelivered record would
+        no longer know the address (the uploader's client then times out)."""
+        if replaced.reply_to is None or replaced.correlation_id is None:
+            return
+        message = superseded(replaced, replaced.correlation_id)
+        try:
+            await self.publisher.publish(
+                replaced.reply_to,
+                message.model_dump_json().encode(),
+                key=None,
+                headers=[
+                    ("content-type", b"application/json"),
+                    ("correlation_id", replaced.correlation_id.encode()),
+                ],
+            )
+        except PublishError as error:
+            log.warning("could not tell %s it was superseded: %s", replaced.reply_to, error)
 
     async def publish(self, batch: Batch) -> None:
         message = EmbedBatchV1(
@@ -154,6 +182,14 @@ class UploadHandler:
         self, value: bytes | None
     ) -> UploadRequestV1 | ReingestRequestV1 | Reply | DeadLetter:
         return decode_request(value, parse_upload_topic, "upload", _refuse)
+
+
+def answer(prepared: Prepared, correlation_id: str) -> UploadStatusV1:
+    """What an upload (or a retry) hears now: ``superseded`` when a later one replaced its
+    generation, else the source's status."""
+    if prepared.superseded is not None:
+        return superseded(prepared.superseded, correlation_id)
+    return status_of(prepared.source, correlation_id)
 
 
 def _refuse(topic: str, correlation_id: str, message: str, details: list[str]) -> Reply:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter
+
+from schemas.upload import UploadStatus
 
 
 @dataclass(frozen=True)
@@ -17,7 +20,8 @@ class UploadMetrics:
         metrics = cls(
             uploads=Counter(
                 "contextcore_uploads_total",
-                "Uploads answered, by the source's status (pending, ready, failed) or rejected.",
+                "Uploads answered, by the source's status (pending, ready, failed), rejected, "
+                "or superseded (a later upload of the same document had replaced it).",
                 ["outcome"],
                 registry=registry,
             ),
@@ -27,6 +31,6 @@ class UploadMetrics:
                 registry=registry,
             ),
         )
-        for outcome in ("pending", "ready", "failed", "rejected"):  # at 0 from the start
+        for outcome in get_args(UploadStatus):  # every status an upload is answered, at 0
             metrics.uploads.labels(outcome)
         return metrics

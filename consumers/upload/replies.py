@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from consumers.runtime.records import Reply
-from contextcore.knowledge.store import SourceState
+from contextcore.knowledge.store import SourceState, Superseded
 from schemas.envelope import printable
 from schemas.upload import UploadStatusV1
 
@@ -19,6 +19,18 @@ def status_of(state: SourceState, correlation_id: str) -> UploadStatusV1:
         generation=state.generation,
         chunks=state.chunk_count,
         reason=printable(state.status_reason) if state.status_reason else None,
+    )
+
+
+def superseded(replaced: Superseded, correlation_id: str) -> UploadStatusV1:
+    """The final status of an upload a later one replaced (the source's own statuses now
+    answer the later upload)."""
+    return UploadStatusV1(
+        correlation_id=correlation_id,
+        status="superseded",
+        source_id=replaced.source_id,
+        generation=replaced.generation,
+        reason=replaced.reason,
     )
 
 

@@ -22,7 +22,7 @@ from datetime import datetime
 from uuid import UUID
 
 from contextcore.knowledge import store
-from contextcore.storage.tenancy import Connection, TenantConnection, TenantQuery, service_role
+from contextcore.storage.tenancy import Connection, TenantConnection, TenantQuery
 
 FAILED = TenantQuery(
     "knowledge.failed",
@@ -117,6 +117,18 @@ WHERE organization_id IS NOT DISTINCT FROM $1 AND embedding_model <> ALL($2::tex
 )
 
 
+_REGISTER_MODEL_SQL = """
+-- knowledge.register_model: a model of the global catalog, as the schema owner (the service
+-- role may read the catalog, never write it: migration 00015); a known name keeps its row.
+INSERT INTO knowledge_models (name, dimensions) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING
+"""
+
+_MODEL_DIMENSIONS_SQL = """
+-- knowledge.model_dimensions: the dimensions the catalog holds for a model.
+SELECT dimensions FROM knowledge_models WHERE name = $1
+"""
+
+
 @dataclass(frozen=True)
 class FailedSource:
     id: UUID
@@ -163,22 +175,17 @@ async def sources_under(tenant: TenantConnection, model: str) -> list[SourceUnde
     ]
 
 
-async def register_model(conn: Connection, model: str, dimensions: int) -> None:
-    """Make ``model`` known (a catalog row, no tenant's).
+async def register_model(owner: Connection, model: str, dimensions: int) -> None:
+    """Make ``model`` known: a row of the global catalog, which every tenant's chunks and
+    searches name. ``owner`` is a connection of the schema owner: the catalog belongs to no
+    tenant, and the service role, which every tenant scope becomes, may not write it.
 
     Raises:
         ValueError: the model is known with other dimensions.
     """
-    async with service_role(conn):
-        await conn.execute(
-            "INSERT INTO knowledge_models (name, dimensions) VALUES ($1, $2)"
-            " ON CONFLICT (name) DO NOTHING",
-            model,
-            dimensions,
-        )
-        known = await conn.fetchval(
-            "SELECT dimensions FROM knowledge_models WHERE name = $1", model
-        )
+    async with owner.transaction():
+        await owner.execute(_REGISTER_MODEL_SQL, model, dimensions)
+        known = await owner.fetchval(_MODEL_DIMENSIONS_SQL, model)
     if known != dimensions:
         raise ValueError(f"{model} is registered with {known} dimensions, not {dimensions}")
 

@@ -5,14 +5,21 @@ record is redelivered after a crash at any point:
 
 1. In one transaction, the ledger claim of the upload key and the source row (created, or its
    next generation started: ``pending``). A key already claimed resumes the generation it
-   started, if that is still the source's current one; otherwise (a later upload superseded
-   it, or it has finished) the source's status is the answer.
+   started, if that is still the source's current one; when it has finished, the source's
+   status is the answer; when a later upload replaced it, ``superseded`` is.
 2. Read the object, extract the text, chunk it per target model (the live model, and the model
    a switch is moving to). A reason to fail (an unreadable type, empty text, a corrupt or
    encrypted PDF, a refused object) fails the generation with that reason.
 3. In a second transaction, the sections and the chunk count per model.
 4. The caller publishes :attr:`Prepared.batches` (again, on a redelivery: the embedding group
    stores a chunk once) and tells the uploader the status.
+
+One document identity has one current generation and one uploader's address, so a generation
+replaced while still pending would leave its uploader waiting for ever. Its uploader is told
+``superseded`` twice over: by the upload that replaced it, through the ``replaced`` callback,
+as soon as the accept commits (before anything can fail or be retried: a redelivered record no
+longer learns the address, which the row has forgotten); and by its own handling, when that
+finds its generation replaced at any later step (:attr:`Prepared.superseded`).
 
 Extraction and chunking run in a worker process (:class:`~.sandbox.TextSandbox`), bounded by
 :class:`~.extract.Limits` and the sandbox's memory, CPU, wall-time and output limits; passing one
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
@@ -78,6 +85,18 @@ class Batch:
 class Prepared:
     source: store.SourceState
     batches: list[Batch]
+    superseded: store.Superseded | None = None
+    """This upload's generation was replaced by a later one: the answer is ``superseded``,
+    never :attr:`source`'s status (which belongs to the later upload)."""
+
+
+Replaced = Callable[[store.Superseded], Awaitable[None]]
+"""Tells the uploader of a replaced pending generation (the upload consumer publishes
+``superseded`` on its address)."""
+
+
+async def _ignore(replaced: store.Superseded) -> None:
+    """The default :data:`Replaced`: nobody to tell."""
 
 
 class Ingestion:
@@ -100,8 +119,13 @@ class Ingestion:
         self.limits = limits or Limits()
         self.batch_size = batch_size
 
-    async def prepare(self, upload: Upload, *, last_attempt: bool = False) -> Prepared:
-        """Every failure to read the document is a failed source, but two:
+    async def prepare(
+        self, upload: Upload, *, last_attempt: bool = False, replaced: Replaced = _ignore
+    ) -> Prepared:
+        """Every failure to read the document is a failed source, but two (below).
+
+        ``replaced`` is awaited once the accept has committed, when it replaced a generation
+        that was still pending (see the module docstring).
 
         Raises:
             ObjectError: the address is refused (malformed, a bucket or a path this service
@@ -122,9 +146,10 @@ class Ingestion:
                 object_key = address.object_key
             else:
                 uri = upload.object
+        accepted = None
         async with self.database.writing(scope) as tenant:
             if await ledger.claim(tenant, CONSUMER, upload.upload_key):
-                source_id, _ = await store.accept(
+                accepted = await store.accept(
                     tenant,
                     source_id=uuid4(),
                     kind=kind,
@@ -136,13 +161,17 @@ class Ingestion:
                     correlation_id=upload.correlation_id,
                     upload_key=upload.upload_key,
                 )
-                state = await store.source(tenant, source_id)
+                state = await store.source(tenant, accepted.source_id)
             else:
                 state = await store.source_by_identity(tenant, uri=uri, object_key=object_key)
             active, switching = await store.models(tenant)
-        if state is None or state.upload_key != upload.upload_key or state.status != "pending":
-            if state is None:
-                raise LookupError("the upload was claimed but its source is gone")
+        if accepted is not None and accepted.replaced is not None:
+            await replaced(accepted.replaced)
+        if state is None:
+            raise LookupError("the upload was claimed but its source is gone")
+        if state.upload_key != upload.upload_key:  # a redelivery, after a later upload
+            return Prepared(state, [], superseded=store.Superseded(state.id, state.generation))
+        if state.status != "pending":
             return Prepared(state, [])
         targets = [active] if switching is None else [active, switching]
         try:
@@ -170,31 +199,38 @@ class Ingestion:
                 )
             current = await store.source(tenant, state.id)
         assert current is not None
-        return Prepared(current, self._batches(state, cut.chunks))
+        return _unless_superseded(state, current, self._batches(state, cut.chunks))
 
-    async def reingest(self, command: Reingest) -> Prepared | str:
+    async def reingest(self, command: Reingest, *, replaced: Replaced = _ignore) -> Prepared | str:
         """A stored source again, from its stored text: a retry (a new generation, every target
         model) or a switch's first step (the current generation, ``command.models`` only).
-        Returns why it cannot be done instead (no such source, no stored text)."""
+        Returns why it cannot be done instead (no such source, no stored text). A retry that
+        replaces a pending generation tells its uploader through ``replaced``, as an upload
+        does."""
         scope = command.organization_id if command.organization_id is not None else PLATFORM
+        restarted = None
         async with self.database.writing(scope) as tenant:
             first = await ledger.claim(tenant, CONSUMER, command.key)
             if first and command.models is None:
                 restarted = await store.restart(
                     tenant, command.source_id, command.key, command.reply_to, command.correlation_id
                 )
-                if not restarted:
+                if restarted is None:
                     state = await store.source(tenant, command.source_id)
                     return "no such source" if state is None else _NO_TEXT
             state = await store.source(tenant, command.source_id)
             active, switching = await store.models(tenant)
+        if restarted is not None and restarted.replaced is not None:
+            await replaced(restarted.replaced)
         if state is None:
             return "no such source"
         if state.sections is None:
             return _NO_TEXT
         if command.models is None:
-            if state.upload_key != command.key or state.status != "pending":
-                return Prepared(state, [])  # superseded, or done: the answer is its status
+            if state.upload_key != command.key:  # a redelivery, after a later upload or retry
+                return Prepared(state, [], superseded=store.Superseded(state.id, state.generation))
+            if state.status != "pending":
+                return Prepared(state, [])  # done: the answer is its status
             targets = [active] if switching is None else [active, switching]
         else:
             targets = list(command.models)
@@ -206,7 +242,12 @@ class Ingestion:
             await store.expect_chunks(
                 tenant, state.id, state.generation, {m: len(c) for m, c in cut.chunks.items()}
             )
-        return Prepared(state, self._batches(state, cut.chunks))
+            current = await store.source(tenant, state.id)
+        if current is None:
+            return "no such source"
+        if command.models is not None:
+            return Prepared(state, self._batches(state, cut.chunks))
+        return _unless_superseded(state, current, self._batches(state, cut.chunks))
 
     def _batches(self, state: store.SourceState, chunked: dict[str, list[Chunk]]) -> list[Batch]:
         size = self.batch_size
@@ -256,4 +297,17 @@ class Ingestion:
             await store.record_failure(tenant, state.id, state.generation, reason)
             current = await store.source(tenant, state.id)
         assert current is not None
-        return Prepared(current, [])
+        return _unless_superseded(state, current, [])
+
+
+def _unless_superseded(
+    started: store.SourceState, current: store.SourceState, batches: list[Batch]
+) -> Prepared:
+    """The work on generation ``started`` is done; ``current`` is the source now. A later
+    upload may have replaced that generation meanwhile (its steps then changed nothing): the
+    answer is ``superseded``, and its batches, which the embedding group would find stale, are
+    not published."""
+    if current.generation != started.generation:
+        superseded = store.Superseded(current.id, current.generation, started.generation)
+        return Prepared(current, [], superseded=superseded)
+    return Prepared(current, batches)

@@ -6,7 +6,9 @@ security repeats the filter (migration 00007).
 
 Ingestion in two transactions per document, then one per embedding batch:
 
-1. :func:`accept`: the source row is created or updated (``pending``, a new generation).
+1. :func:`accept`: the source row is created or updated (``pending``, a new generation). A
+   generation that was still pending is replaced: its uploader's address, which the row then
+   forgets, comes back as :class:`Superseded`, so that uploader can be told (a final status).
 2. :func:`record_text` / :func:`record_failure`: the extracted text and, per target model, how
    many chunks this generation has; or the reason it failed.
 3. :func:`store_batch`: one batch of embedded chunks, under the per-model row's lock: it inserts
@@ -57,6 +59,42 @@ class SourceState:
 
 
 @dataclass(frozen=True)
+class Superseded:
+    """An upload whose generation a later upload (or retry) of the same document replaced.
+
+    The source row has one uploader's address, the latest one's: from then on the source's
+    statuses (``ready``, ``failed``, the sweep's) answer the later upload only, and this one
+    would wait for ever. It is answered ``superseded`` instead, a final status.
+    """
+
+    source_id: UUID
+    by_generation: int
+    """The source's generation that replaced it."""
+    generation: int | None = None
+    """The generation replaced (``None`` when a redelivered upload no longer knows it)."""
+    reply_to: str | None = None
+    correlation_id: str | None = None
+
+    @property
+    def reason(self) -> str:
+        return (
+            "a later upload or retry of the same document replaced this one "
+            f"(generation {self.by_generation})"
+        )
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """A generation started by :func:`accept` or :func:`restart`."""
+
+    source_id: UUID
+    generation: int
+    replaced: Superseded | None
+    """The generation it replaced when that one was still pending and its uploader waits on
+    another address than this one's; ``None`` otherwise."""
+
+
+@dataclass(frozen=True)
 class StoredChunk:
     ordinal: int
     section: str
@@ -92,7 +130,9 @@ ACCEPT_BY_URI = TenantQuery(
     "knowledge.accept_by_uri",
     """
 -- knowledge.accept_by_uri: create the source (pending), or, for a known (organization, uri),
--- start its next generation; the uploader's address replaces the previous one.
+-- start its next generation; the uploader's address replaces the previous one. RETURNING old.*
+-- (PostgreSQL 18): the replaced generation's status and uploader, read under the row's lock,
+-- so exactly one accept learns that a pending generation was replaced, and whom to tell.
 INSERT INTO knowledge_sources AS s (id, organization_id, kind, title, uri, media_type, status,
                                     pending_since, reply_to, correlation_id, upload_key)
 VALUES ($2, $1, $3, $4, $5, $6, 'pending', now(), $7, $8, $9)
@@ -102,7 +142,9 @@ SET kind = EXCLUDED.kind, title = EXCLUDED.title, media_type = EXCLUDED.media_ty
     generation = s.generation + 1, sections = NULL, content_sha256 = NULL,
     reply_to = EXCLUDED.reply_to, correlation_id = EXCLUDED.correlation_id,
     upload_key = EXCLUDED.upload_key
-RETURNING id, generation
+RETURNING s.id, s.generation, old.status AS replaced_status,
+          old.generation AS replaced_generation, old.reply_to AS replaced_reply_to,
+          old.correlation_id AS replaced_correlation_id
 """,
 )
 
@@ -120,7 +162,9 @@ SET kind = EXCLUDED.kind, title = EXCLUDED.title, media_type = EXCLUDED.media_ty
     generation = s.generation + 1, sections = NULL, content_sha256 = NULL,
     reply_to = EXCLUDED.reply_to, correlation_id = EXCLUDED.correlation_id,
     upload_key = EXCLUDED.upload_key
-RETURNING id, generation
+RETURNING s.id, s.generation, old.status AS replaced_status,
+          old.generation AS replaced_generation, old.reply_to AS replaced_reply_to,
+          old.correlation_id AS replaced_correlation_id
 """,
 )
 
@@ -196,13 +240,15 @@ RESTART = TenantQuery(
     "knowledge.restart",
     """
 -- knowledge.restart: a new generation of a source from its stored text (a retry), pending
--- again under the key of the command that asked.
-UPDATE knowledge_sources
-SET generation = generation + 1, status = 'pending', status_reason = NULL,
+-- again under the key of the command that asked; RETURNING old.* as in accept_by_uri.
+UPDATE knowledge_sources AS s
+SET generation = s.generation + 1, status = 'pending', status_reason = NULL,
     pending_since = now(), updated_at = now(), upload_key = $3, reply_to = $4,
     correlation_id = $5
-WHERE organization_id IS NOT DISTINCT FROM $1 AND id = $2 AND sections IS NOT NULL
-RETURNING id
+WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2 AND s.sections IS NOT NULL
+RETURNING s.id, s.generation, old.status AS replaced_status,
+          old.generation AS replaced_generation, old.reply_to AS replaced_reply_to,
+          old.correlation_id AS replaced_correlation_id
 """,
 )
 
@@ -310,14 +356,36 @@ async def accept(
     reply_to: str | None,
     correlation_id: str | None,
     upload_key: str,
-) -> tuple[UUID, int]:
-    """Create or restart the source with this identity; its id and the new generation."""
+) -> Accepted:
+    """Create or restart the source with this identity: its id, the new generation, and the
+    pending generation it replaced (whose uploader is to be told)."""
     query, identity = (ACCEPT_BY_URI, uri) if uri is not None else (ACCEPT_BY_OBJECT, object_key)
     row = await tenant.fetchrow(
         query, source_id, kind, title, identity, media_type, reply_to, correlation_id, upload_key
     )
     assert row is not None
-    return row["id"], row["generation"]
+    return _accepted(row, reply_to, correlation_id)
+
+
+def _accepted(row: Any, reply_to: str | None, correlation_id: str | None) -> Accepted:
+    """Only a generation still pending is replaced: a finished one told its uploader already.
+    Nor is an uploader told when the new generation answers the same address (one producer
+    reusing a correlation id would otherwise hear its own upload superseded)."""
+    replaced = None
+    address = (row["replaced_reply_to"], row["replaced_correlation_id"])
+    if (
+        row["replaced_status"] == "pending"
+        and None not in address
+        and address != (reply_to, correlation_id)
+    ):
+        replaced = Superseded(
+            source_id=row["id"],
+            by_generation=row["generation"],
+            generation=row["replaced_generation"],
+            reply_to=row["replaced_reply_to"],
+            correlation_id=row["replaced_correlation_id"],
+        )
+    return Accepted(row["id"], row["generation"], replaced)
 
 
 def _state(row: Any) -> SourceState:
@@ -380,9 +448,11 @@ async def restart(
     key: str,
     reply_to: str | None,
     correlation_id: str | None,
-) -> bool:
-    """Start the next generation from the stored text; ``False`` when the source has none."""
-    return await tenant.fetchval(RESTART, source_id, key, reply_to, correlation_id) is not None
+) -> Accepted | None:
+    """Start the next generation from the stored text (see :func:`accept`); ``None`` when the
+    source has none."""
+    row = await tenant.fetchrow(RESTART, source_id, key, reply_to, correlation_id)
+    return None if row is None else _accepted(row, reply_to, correlation_id)
 
 
 async def expect_chunks(

@@ -31,7 +31,7 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.errors import InfrastructureUnavailable
+from contextcore.errors import ConfigurationError, InfrastructureUnavailable
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 SERVICE_ROLE = "contextcore_app"
@@ -103,14 +103,32 @@ class TenantConnection:
         return await self._conn.execute(query.sql, self.organization_id, *args)
 
 
+def _not_a_member(role: str) -> ConfigurationError:
+    """The one line a process started with the wrong credential prints (the owner's URL as
+    ``CONTEXTCORE_DATABASE_URL``, say): PostgreSQL's own error names neither the setting nor
+    the fix, and a consumer's start-up would otherwise end in a traceback."""
+    return ConfigurationError(
+        f"the database login may not become the service role {role!r} (permission denied to "
+        f"set role): CONTEXTCORE_DATABASE_URL must name the runtime login, a member of {role}, "
+        "never the schema owner or an administrator"
+    )
+
+
 @asynccontextmanager
 async def service_role(
     conn: Connection, *, role: str = SERVICE_ROLE, readonly: bool = False
 ) -> AsyncIterator[None]:
     """A transaction of ``conn`` as the service role, in no tenant's scope: for what the role
-    does across tenants (the schema check, the ledger's prune), never for tenant rows."""
+    does across tenants (the schema check, the ledger's prune), never for tenant rows.
+
+    Raises:
+        ConfigurationError: the login is not a member of ``role`` (a wrong credential).
+    """
     async with conn.transaction(readonly=readonly):
-        await conn.execute("SELECT set_config('role', $1, true)", role)
+        try:
+            await conn.execute("SELECT set_config('role', $1, true)", role)
+        except asyncpg.InsufficientPrivilegeError as error:
+            raise _not_a_member(role) from error
         yield
 
 

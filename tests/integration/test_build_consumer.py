@@ -102,6 +102,38 @@ async def test_invalid_request_with_a_readable_address_gets_an_error_reply(
     assert any("policy.total_token_budget" in line for line in reply["error"]["details"])
 
 
+async def test_a_nul_in_the_query_is_refused_at_the_edge_not_by_postgresql(
+    config: Config, start_consumer: StartConsumer
+) -> None:
+    """Issue 17, item 5: PostgreSQL refuses 0x00 in text; the knowledge source used to send the
+    query there and fail (``required_source_failed``). The request itself is invalid."""
+    reply_topic = config.reply_topic("nul-query")
+    await start_consumer(config)
+    message = request_message("corr-nul", reply_topic)
+    message["request"]["query"] = "refunds\u0000 after 30 days?"
+    message["policy"] = {
+        "total_token_budget": 500,
+        "sources": [
+            {
+                "name": "knowledge",
+                "token_budget": 500,
+                "required": True,
+                "options": {"include_organization": True, "include_platform": True},
+            }
+        ],
+    }
+    send = await producer(config.bootstrap)
+    try:
+        await send.send_and_wait(config.request_topic, json.dumps(message).encode())
+    finally:
+        await send.stop()
+
+    [reply] = await read_json(config.bootstrap, reply_topic, until=1)
+    assert (reply["correlation_id"], reply["status"]) == ("corr-nul", "error")
+    assert reply["error"]["code"] == "invalid_request"
+    assert reply["error"]["details"] == ["request.query: Value error, holds a NUL byte"]
+
+
 async def test_source_failures_reach_the_reply_through_kafka(
     config: Config, start_consumer: StartConsumer
 ) -> None:

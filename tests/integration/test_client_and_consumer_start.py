@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import urllib.request
 import uuid
 
 import pytest
+from aiokafka import TopicPartition
 
-from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
-from producers.client import BuildFailed, ContextClient, DuplicateCorrelationId, ReplyTimeout
+from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ContextSubject
+from producers.client import BuildFailed, ContextClient, ReplyTimeout
+from schemas.build import BuildReplyV1
 from tests.integration.conftest import Config, Database, StartConsumer, spawn_build_consumer
-from tests.integration.helpers import free_port
+from tests.integration.helpers import free_port, producer, until
 
 pytestmark = pytest.mark.integration
 
@@ -101,6 +104,23 @@ async def test_consumer_with_an_unreachable_broker_exits_with_one_line(
     assert "Traceback" not in err
 
 
+async def test_a_consumer_started_with_the_owners_credential_exits_with_one_line(
+    config: Config, database: Database
+) -> None:
+    """The owner's URL as CONTEXTCORE_DATABASE_URL: the start-up schema check, which becomes
+    the service role, used to end in a 64-line traceback."""
+    settings = config.with_("database", url=database.owner_url)
+    process = await spawn_build_consumer(settings, consumer="memory")
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2
+    [line] = err.decode().strip().splitlines()
+    assert line == (
+        "contextcore: the database login may not become the service role 'contextcore_app' "
+        "(permission denied to set role): CONTEXTCORE_DATABASE_URL must name the runtime "
+        "login, a member of contextcore_app, never the schema owner or an administrator"
+    )
+
+
 async def test_consumer_without_settings_exits_with_one_line(config: Config) -> None:
     settings = config.with_("kafka", bootstrap_servers=None)
     code, err = await run_serve(settings)
@@ -109,23 +129,61 @@ async def test_consumer_without_settings_exits_with_one_line(config: Config) -> 
     assert len(err.strip().splitlines()) == 1
 
 
-async def test_a_correlation_id_in_flight_cannot_be_awaited_twice(
+async def test_correlation_ids_are_the_clients_and_a_late_reply_never_answers_a_later_request(
     config: Config, start_consumer: StartConsumer
 ) -> None:
-    """Issue 7, defect 2: a second waiter on one id used to replace the first, and organization
-    B's caller received organization A's brief. The second request is now refused."""
-    await start_consumer(config)
+    """Issue 7, defect 2 and issue 17, item 5: a caller that reused the correlation id of a
+    request that had timed out received that request's late reply (organization A's brief
+    handed to organization B's caller). The caller can no longer choose an id: each is new,
+    unguessable and the client's, so a late reply is ignored."""
     other = REQUEST.model_copy(
         update={"subject": REQUEST.subject.model_copy(update={"organization_id": uuid.UUID(int=8)})}
     )
     async with ContextClient.from_settings(config.kafka, config.topics) as client:
-        first = asyncio.create_task(client.request(REQUEST, POLICY, timeout=30, correlation_id="X"))
-        await asyncio.sleep(0)  # the first request is registered and on its way
-        with pytest.raises(DuplicateCorrelationId, match="'X' already awaits a reply"):
-            await client.build(other, POLICY, timeout=30, correlation_id="X")
-        assert (await first).correlation_id == "X"
-        again = await client.request(other, POLICY, timeout=30, correlation_id="X")  # free again
-    assert again.status == "ok"
+        with pytest.raises(TypeError, match="correlation_id"):
+            await client.request(other, POLICY, correlation_id="X")  # type: ignore[call-arg]
+        with pytest.raises(ReplyTimeout) as timed_out:  # nobody serves yet
+            await client.request(REQUEST, POLICY, timeout=0.5)
+        match = re.search(r"no reply to (\S+) within", str(timed_out.value))
+        assert match is not None
+        first = match.group(1)
+        assert re.fullmatch(r"[0-9a-f]{32}", first), first
+        later = asyncio.create_task(client.request(other, POLICY, timeout=60))
+        await until(lambda: client._pending)  # the later request waits
+        [waiting] = client._pending
+        assert waiting != first
+        # A's answer arrives late, while B's request waits: exactly what the service would send
+        brief = ContextBrief(
+            text="A's brief",
+            items=[],
+            tokens=3,
+            per_source_tokens={},
+            dropped={},
+            failed_sources=[],
+        )
+        send = await producer(config.bootstrap)
+        try:
+            sent = await send.send_and_wait(
+                client.reply_topic,
+                BuildReplyV1.ok(first, brief).model_dump_json().encode(),
+                headers=[("correlation_id", first.encode())],
+            )
+        finally:
+            await send.stop()
+        assert client._consumer is not None
+        reply_partition = TopicPartition(client.reply_topic, 0)
+        async with asyncio.timeout(30):
+            while True:  # until the client has read the late reply
+                if await client._consumer.position(reply_partition) > sent.offset:
+                    break
+                await asyncio.sleep(0.01)
+        assert not later.done(), "the late reply answered the later request"
+        await start_consumer(config)
+        reply = await later
+    assert reply.status == "ok"
+    assert reply.correlation_id == waiting
+    assert reply.brief is not None
+    assert reply.brief.text == ""  # B's own (empty) brief, never A's
 
 
 async def test_a_consumer_that_may_not_create_topics_names_the_missing_ones(

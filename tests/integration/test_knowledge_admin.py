@@ -120,10 +120,19 @@ async def test_a_model_switch_runs_its_four_steps_in_order_and_never_mixes_model
     code, out = await command(running, "switch", "prepare", COPY, "--dimensions", "384", *scope)
     assert (code, "dry run" in out) == (0, True), out
     assert await admin.fetchval("SELECT count(*) FROM knowledge_settings") == 1, "dry run wrote"
+    # registering the model writes the global catalog: the owner's to write (migration 00015)
+    code, out = await command(
+        running, "switch", "prepare", COPY, "--dimensions", "384", *scope, "--apply"
+    )
+    assert code == 2, out
+    assert "CONTEXTCORE_DATABASE_OWNER_URL is not set" in out
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_models WHERE name = $1", COPY) == 0
+    running = running.with_("database", owner_url=database.owner_url)
     code, out = await command(
         running, "switch", "prepare", COPY, "--dimensions", "384", *scope, "--apply"
     )
     assert code == 0, out
+    assert await admin.fetchval("SELECT dimensions FROM knowledge_models WHERE name = $1", COPY)
     async with asyncio.timeout(90):
         while True:  # step 2: wait until every source is ready under the new model
             code, out = await command(running, "switch", "status", *scope)

@@ -20,7 +20,7 @@ from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec,
 from contextcore.storage.tenancy import TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.client import ContextClient
-from producers.knowledge import KnowledgeClient, UploadFailed
+from producers.knowledge import KnowledgeClient, UploadFailed, UploadSuperseded
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import producer, read_json
@@ -245,6 +245,62 @@ async def test_a_new_upload_of_the_same_identity_replaces_the_chunks(
     assert second.chunks == 1
     rows = await admin.fetch("SELECT generation, text FROM knowledge_chunks")
     assert [(r["generation"], r["text"]) for r in rows] == [(2, "No refunds after 14 days.")]
+
+
+async def test_an_upload_replaced_while_pending_is_told_superseded_and_the_later_one_ends_ready(
+    config: Config, start_consumer: StartConsumer, organizations: None, admin: asyncpg.Connection
+) -> None:
+    """Issue 17, item 5: two uploads of one document; the second starts the next generation
+    before the first is ready and takes the source's reply address. The first uploader hears
+    ``superseded`` (final) instead of waiting for ever, and so does a redelivery of its record;
+    the embedding group never answers the replaced generation."""
+    from broker.topics import ensure_topics
+
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    await start_consumer(config, consumer="upload")  # no embedding group yet: nothing gets ready
+    later_reply, again_reply = config.reply_topic("later"), config.reply_topic("again")
+    async with KnowledgeClient(
+        bootstrap_servers=config.bootstrap,
+        upload_topic=config.topics.upload,
+        reply_topic_prefix=config.topics.reply_prefix,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    ) as client:
+        first = asyncio.create_task(
+            client.upload(
+                organization_id=ORG_A,
+                title="Handbook",
+                media_type="text/markdown",
+                uri="docs://handbook",
+                content=HANDBOOK,
+                idempotency_key="k-first",
+                timeout=60,
+            )
+        )
+        async with asyncio.timeout(60):
+            while True:  # generation 1 is chunked and waits for its vectors
+                chunked = await admin.fetchval(
+                    "SELECT count(*) FROM knowledge_source_models WHERE generation = 1"
+                )
+                if chunked:
+                    break
+                await asyncio.sleep(0.05)
+        await publish(config, upload("c-later", later_reply, key="k-later"))
+        with pytest.raises(UploadSuperseded) as superseded:
+            await first
+    status = superseded.value.status
+    assert (status.status, status.generation) == ("superseded", 1)
+    assert status.reason is not None
+    assert "a later upload or retry of the same document replaced this one" in status.reason
+    assert "(generation 2)" in status.reason
+    await publish(config, upload("c-again", again_reply, key="k-first"))  # a redelivery of it
+    [again] = await statuses(config, again_reply, 1)
+    assert (again["status"], again["source_id"]) == ("superseded", str(status.source_id))
+    await start_consumer(config, consumer="embed")  # generation 1's batches are stale by now
+    later = await statuses(config, later_reply, 2)
+    assert [(r["status"], r["generation"]) for r in later] == [("pending", 2), ("ready", 2)]
+    assert [r["status"] for r in await statuses(config, again_reply, 1)] == ["superseded"]
+    rows = await admin.fetch("SELECT DISTINCT generation FROM knowledge_chunks")
+    assert [r["generation"] for r in rows] == [2]
 
 
 async def test_a_consumer_killed_mid_document_leaves_no_duplicate_and_the_document_ends_ready(

@@ -13,7 +13,11 @@ import numpy as np
 import pytest
 
 from contextcore.knowledge import indexes, store
-from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.chunk import ChunkSettings
+from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.ingest import Ingestion, Upload
+from contextcore.knowledge.objects import ObjectReader
+from contextcore.knowledge.sandbox import Cut, ModelWindow, TextSandbox
 from contextcore.knowledge.search import SEARCH
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from tests.integration.conftest import Config, Database
@@ -339,10 +343,129 @@ async def test_an_object_backed_source_has_the_uri_boundary(
                     upload_key="k",
                 )
             )
-    (a1, g1), (a2, g2), (b, _), (p1, pg1), (p2, pg2) = identities
+    (a1, g1), (a2, g2), (b, _), (p1, pg1), (p2, pg2) = [
+        (accepted.source_id, accepted.generation) for accepted in identities
+    ]
     assert (a2, g1, g2) == (a1, 1, 2), "the same (organization, object key) is one source"
     assert (p2, pg1, pg2) == (p1, 1, 2), "the platform has the same boundary"
     assert len({a1, b, p1}) == 3
+
+
+async def test_a_generation_replaced_while_pending_names_its_uploader(
+    tenants: None, tenant_db: TenantDatabase, admin: asyncpg.Connection
+) -> None:
+    """Issue 17, item 5: the accept (or a retry's restart) that replaces a pending generation
+    returns that generation's uploader, whose address the row forgets; one that replaces a
+    finished generation, or answers the same address, returns nobody."""
+
+    async def accept(key: str, reply_to: str, correlation_id: str) -> store.Accepted:
+        async with tenant_db.writing(ORG_A) as tenant:
+            return await store.accept(
+                tenant,
+                source_id=uuid.uuid4(),
+                kind="inline",
+                title="t",
+                uri="docs://same",
+                object_key=None,
+                media_type="text/plain",
+                reply_to=reply_to,
+                correlation_id=correlation_id,
+                upload_key=key,
+            )
+
+    first = await accept("k1", "r.one", "c1")
+    assert (first.generation, first.replaced) == (1, None)
+    second = await accept("k2", "r.two", "c2")
+    assert second.replaced == store.Superseded(first.source_id, 2, 1, "r.one", "c1")
+    assert (await accept("k3", "r.two", "c2")).replaced is None, "the same address"
+    async with tenant_db.writing(ORG_A) as tenant:
+        assert await store.record_failure(tenant, first.source_id, 3, "broken")
+    assert (await accept("k4", "r.four", "c4")).replaced is None, "it was told it failed"
+    await admin.execute(  # the stored text a retry starts from
+        "UPDATE knowledge_sources SET sections = '[]' WHERE id = $1", first.source_id
+    )
+    async with tenant_db.writing(ORG_A) as tenant:
+        retried = await store.restart(tenant, first.source_id, "k5", "r.five", "c5")
+    assert retried is not None
+    assert retried.replaced == store.Superseded(first.source_id, 5, 4, "r.four", "c4")
+
+
+class Interrupted(TextSandbox):
+    """Runs ``meanwhile`` once, while the first document is being extracted."""
+
+    def __init__(self, meanwhile: Any) -> None:
+        super().__init__(workers=1)
+        self.meanwhile = meanwhile
+
+    async def cut(self, **job: Any) -> Cut:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            await meanwhile()
+        return await super().cut(**job)
+
+
+@pytest.mark.parametrize("text", ["# Guide\n\nRefunds within 30 days.\n", " \n"])
+async def test_an_upload_replaced_while_it_was_extracted_is_answered_superseded(
+    tenants: None, tenant_db: TenantDatabase, text: str
+) -> None:
+    """Issue 17, item 5: the later upload's accept commits while the first upload's document
+    is in the sandbox. Whatever the extraction gives (chunks, or a reason to fail), the first
+    upload's steps change nothing, it publishes no batch, and its answer is ``superseded``,
+    never the later upload's ``pending``."""
+    later: list[store.Accepted] = []
+
+    async def accept_a_later_upload() -> None:
+        async with tenant_db.writing(ORG_A) as tenant:
+            later.append(
+                await store.accept(
+                    tenant,
+                    source_id=uuid.uuid4(),
+                    kind="inline",
+                    title="Guide",
+                    uri="docs://guide",
+                    object_key=None,
+                    media_type="text/markdown",
+                    reply_to="r.later",
+                    correlation_id="c-later",
+                    upload_key="k-later",
+                )
+            )
+
+    window = ModelWindow(default_model_path(DEFAULT_MODEL), ChunkSettings())
+    sandbox = Interrupted(accept_a_later_upload)
+    told: list[store.Superseded] = []
+
+    async def tell(replaced: store.Superseded) -> None:
+        told.append(replaced)
+
+    ingestion = Ingestion(
+        tenant_db, ObjectReader(max_bytes=1_000_000), sandbox, {DEFAULT_MODEL: window}.get
+    )
+    try:
+        prepared = await ingestion.prepare(
+            Upload(
+                organization_id=ORG_A,
+                title="Guide",
+                media_type="text/markdown",
+                upload_key="k-first",
+                uri="docs://guide",
+                text=text,
+                reply_to="r.first",
+                correlation_id="c-first",
+            ),
+            replaced=tell,
+        )
+    finally:
+        await sandbox.close()
+    [accepted] = later
+    assert told == []  # the first upload replaced nobody
+    assert accepted.replaced == store.Superseded(
+        accepted.source_id, 2, 1, "r.first", "c-first"
+    )  # the later one tells the first uploader, and so does the first upload's own answer:
+    assert prepared.superseded == store.Superseded(accepted.source_id, 2, 1)
+    assert prepared.batches == []
+    assert (prepared.source.generation, prepared.source.status) == (2, "pending")
+    assert prepared.source.sections is None, "the replaced generation recorded no text"
 
 
 async def test_the_plan_is_exact_for_a_small_tenant_and_hnsw_for_an_indexed_one(

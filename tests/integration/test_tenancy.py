@@ -8,7 +8,13 @@ import asyncpg
 import pytest
 
 from contextcore.storage.provision import Login
-from contextcore.storage.tenancy import SERVICE_ROLE, Connection, TenantDatabase, TenantQuery
+from contextcore.storage.tenancy import (
+    PLATFORM,
+    SERVICE_ROLE,
+    Connection,
+    TenantDatabase,
+    TenantQuery,
+)
 from tests.integration import seed
 from tests.integration.conftest import Database
 
@@ -146,6 +152,25 @@ async def test_the_runtime_login_cannot_run_programs_or_become_the_owner(
         ):
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
                 await attempt(conn, *statements)
+
+
+async def test_no_tenant_scope_may_add_a_model_to_the_global_catalog(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """Issue 17, item 5: knowledge_models belongs to no tenant (no organization, no row
+    security); the service role may read it, never write it (migration 00015)."""
+    org = await seed.organization(admin)
+    for scope in (org, PLATFORM):
+        async with tenant_db.writing(scope) as tenant:
+            conn = tenant._conn
+            with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                await attempt(
+                    conn,
+                    "INSERT INTO knowledge_models (name, dimensions) VALUES ('evil/model', 3)"
+                    " RETURNING name",
+                )
+            assert await attempt(conn, "SELECT count(*) FROM knowledge_models") == 1
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_models") == 1
 
 
 async def test_the_runtime_login_owns_nothing_and_holds_only_the_service_role(

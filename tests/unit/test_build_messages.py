@@ -86,6 +86,24 @@ def test_malformed_entities_are_dropped_and_valid_refs_kept_in_order() -> None:
     assert envelope.request.query == "q"  # the rest of the request is kept
 
 
+async def test_a_nul_in_the_query_is_an_invalid_request_and_no_source_reads_it() -> None:
+    """Issue 17, item 5: PostgreSQL refuses a NUL in text, and the knowledge source searches the
+    query: refused at the boundary, never a failed source. Other control characters pass."""
+    raw = message()
+    raw["request"]["query"] = "refunds\x00 after 30 days"
+    with pytest.raises(ValidationError, match="holds a NUL byte"):
+        parse_build_request(raw)
+    source = StaticSource("a")
+    outcome = await decide(json.dumps(raw).encode(), *service(source))
+    assert isinstance(outcome, Reply)
+    assert (outcome.topic, outcome.correlation_id) == ("replies.a", "c-1")
+    assert error_of(outcome).code == "invalid_request"
+    assert error_of(outcome).details == ["request.query: Value error, holds a NUL byte"]
+    assert source.calls == 0
+    raw["request"]["query"] = "tabs\tand\nnew lines"
+    assert parse_build_request(raw)[0].request.query == "tabs\tand\nnew lines"
+
+
 @pytest.mark.parametrize("reply_to", ["", ".", "..", "has space", "a/b", "x" * 250])
 def test_reply_to_must_be_a_kafka_topic_name(reply_to: str) -> None:
     with pytest.raises(ValidationError):

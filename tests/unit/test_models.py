@@ -69,6 +69,19 @@ def test_request_round_trips_through_json() -> None:
     assert ContextRequest.model_validate_json(request.model_dump_json()) == request
 
 
+@pytest.mark.parametrize(
+    ("query", "problem"), [("a\x00b", "holds a NUL byte"), ("a\ud800", "holds a lone surrogate")]
+)
+def test_the_query_is_text_postgresql_can_hold(query: str, problem: str) -> None:
+    """As a memory's text (StorableText): the knowledge source sends the query to PostgreSQL."""
+    subject = ContextSubject(
+        organization_id=uuid.uuid4(), user_id=None, trigger_id=None, definition_id=None
+    )
+    with pytest.raises(ValidationError, match=problem) as raised:
+        ContextRequest(subject=subject, query=query, entities=())
+    assert [e["loc"] for e in raised.value.errors()] == [("query",)]
+
+
 def test_subject_key_format_and_missing_parts() -> None:
     ref = ResourceRef(kind="crm.company", id="8f21", label="ignored:label")
     assert make_subject_key(ref, "lifecycle_stage") == "crm.company:8f21:lifecycle_stage"
