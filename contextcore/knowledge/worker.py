@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
+import ctypes.util
 import json
+import os
 import resource
+import signal
 import struct
 import sys
 from pathlib import Path
@@ -113,6 +117,21 @@ def _limit_self(memory_bytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as adj:
         adj.write("1000")
+    _die_with_parent()
+
+
+def _die_with_parent() -> None:
+    """SIGKILL this worker when the consumer dies (Linux's PR_SET_PDEATHSIG), so a consumer
+    killed mid-job leaves no parse running."""
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the parent died before the call: nothing will signal us
+        os._exit(1)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _cpu_budget(seconds: float) -> None:

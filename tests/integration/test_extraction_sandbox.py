@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +185,61 @@ async def test_a_worker_sees_no_credential(monkeypatch: pytest.MonkeyPatch) -> N
     names = json.loads(str(refused.value))
     assert "PATH" in names
     assert not [n for n in names if n.startswith(("CONTEXTCORE_", "AWS_"))]
+
+
+PARENT = """
+import asyncio, sys
+from contextcore.knowledge.chunk import ChunkSettings
+from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.sandbox import ModelWindow, TextSandbox
+from tests.documents import flat_tags_html
+
+async def main():
+    sandbox = TextSandbox(workers=1)
+    windows = {"m": ModelWindow(default_model_path(DEFAULT_MODEL), ChunkSettings())}
+    job = asyncio.create_task(sandbox.cut(
+        title="T", models=windows, media_type="text/html", document=flat_tags_html(19_000_000)))
+    while not sandbox._busy:
+        await asyncio.sleep(0.01)
+    (worker,) = sandbox._busy
+    print(worker.process.pid, flush=True)
+    await job
+
+asyncio.run(main())
+"""
+
+
+async def test_a_worker_dies_with_its_consumer() -> None:
+    """A consumer killed mid-job (kill -9, the OOM killer) leaves no parse running."""
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PARENT, stdout=asyncio.subprocess.PIPE
+    )
+    assert parent.stdout is not None
+    worker = int(await asyncio.wait_for(parent.stdout.readline(), 60))
+    await until(lambda: _cpu_s(worker) > 1.0)  # parsing 19 MB of tags: about 15 s of CPU
+    parent.kill()
+    await parent.wait()
+    spent: list[float] = []
+
+    def gone() -> bool:
+        spent.append(_cpu_s(worker))
+        return not _alive(worker)
+
+    await until(gone, timeout=120)
+    assert max(spent) < 8.0, "the worker went on parsing for its dead consumer"
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"  # a zombie no parent reaps is dead too

@@ -98,10 +98,9 @@ def poison_upload(
         piece = st.sampled_from(
             ["/", "..", "%00", "%2e%2e", "%2f", "@", ":", "pipe", "guide.md", "?", "#", "\\", "%"]
         )
-        path = draw(st.lists(piece | st.text(max_size=6), max_size=12).map("".join))
+        tail = draw(st.lists(piece | st.text(max_size=6), max_size=12).map("".join))
         prefixes = ["s3://", "file://", "file:///", "s3://docs/", f"file://{file_root}/"]
-        message["object"] = draw(st.sampled_from(prefixes))
-        message["object"] += path
+        message["object"] = draw(st.sampled_from(prefixes)) + tail
         return json.dumps(message).encode()
     if kind == "document":
         message["media_type"] = draw(
