@@ -103,6 +103,7 @@ def create_app(
         ],
         settings=build,
         kafka=kafka,
+        database=database,
         topics=build_topics(topics),
         open_handler=open_handler,
     )

@@ -22,6 +22,7 @@ from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopw
 from contextcore.builder import ContextBuilder
 from contextcore.errors import PolicyError, RequiredContextSourceError
 from contextcore.registry import ContextSourceRegistry
+from schemas import wire
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo, parse_build_request
 from schemas.envelope import printable
 
@@ -136,6 +137,14 @@ class BuildHandler:
             )
         self.metrics.brief(brief)
         return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped)
+
+    def farewell(self, record: Inbound, reason: str) -> Reply | None:
+        """An ``internal_error`` reply for a request the runtime gave up on."""
+        address = wire.address_of(record.value)
+        if address is None:
+            return None
+        message = printable(f"the request was not handled: {reason}")[:2_000]
+        return _error_reply(address, ErrorInfo(code="internal_error", message=message))
 
     def _count(self, outcome: Reply | DeadLetter) -> None:
         self.metrics.requests.labels(

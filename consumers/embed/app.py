@@ -76,6 +76,7 @@ def create_app(
         ],
         settings=embed,
         kafka=kafka,
+        database=database,
         topics=embed_topics(topics),
         open_handler=open_handler,
         dead_letter_causes=("unknown_model",),

@@ -14,7 +14,7 @@ import time
 from pydantic import ValidationError
 
 from consumers.embed.metrics import EmbedMetrics
-from consumers.runtime.records import DeadLetter, Done, Inbound, Outcome, Stopwatch
+from consumers.runtime.records import DeadLetter, Done, Inbound, Outcome, Reply, Stopwatch
 from consumers.upload.replies import reply, status_of
 from contextcore.errors import validation_lines
 from contextcore.knowledge.embed import Embedder, PassageIn, UnknownModel
@@ -61,3 +61,8 @@ class EmbedHandler:
         return reply(
             source.reply_to, source.correlation_id, status_of(source, source.correlation_id)
         )
+
+    def farewell(self, record: Inbound, reason: str) -> Reply | None:
+        """Nobody waits on an embedding batch: its source stays pending, and the sweep fails
+        it with the count of chunks stored."""
+        return None

@@ -69,6 +69,7 @@ def create_app(
         ],
         settings=memory,
         kafka=kafka,
+        database=database,
         topics=memory_topics(topics),
         open_handler=open_handler,
         retry_causes=("contention",),

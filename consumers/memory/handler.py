@@ -17,6 +17,7 @@ from consumers.runtime.decoding import decode_request
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
 from contextcore.memory.models import Written
 from contextcore.memory.service import MemoryContention, MemoryService
+from schemas import wire
 from schemas.envelope import printable
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, parse_memory_write
 
@@ -50,6 +51,21 @@ class MemoryHandler:
         else:
             self.metrics.count_write(call.action, "refused", answer.reason)
         return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
+
+    def farewell(self, record: Inbound, reason: str) -> Reply | None:
+        """A ``not_handled`` refusal for a call the runtime gave up on."""
+        address = wire.address_of(record.value)
+        if address is None:
+            return None
+        topic, correlation_id = address
+        self.metrics.count_write("unknown", "refused", "not_handled")
+        answer = MemoryAnswerV1(
+            correlation_id=correlation_id,
+            status="refused",
+            reason="not_handled",
+            message=printable(f"the call was not handled: {reason}")[:2_000],
+        )
+        return _reply(topic, answer)
 
     def decode(self, value: bytes | None) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
         return decode_request(value, parse_memory_write, "memory write", self._invalid)

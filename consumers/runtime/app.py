@@ -10,10 +10,16 @@ partition's position itself, after the outcome was published.
 Start-up (the lifespan) fails closed before the first record is fetched: the broker must
 answer, the topics exist, and ``open_handler`` has checked the schema and opened what the
 handler needs. Shutdown drains in-flight records and commits before the group is left.
+
+Every consumer counts the records it starts in the database's start journal
+(:mod:`consumers.runtime.journal`), through a pool of its own, and probes the database every
+``_PROBE_INTERVAL_S``: ``/readyz`` says not ready while it does not answer.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -33,6 +39,7 @@ from broker.topics import TopicSpec, dead_letter_topic, ensure_topics
 from consumers.runtime.decoding import DEAD_LETTER_CAUSES
 from consumers.runtime.delivery import Delivery, Health, Publisher, RecordHandler
 from consumers.runtime.health import HealthServer
+from consumers.runtime.journal import PostgresJournal
 from consumers.runtime.kafka import (
     AiokafkaPublisher,
     ConsumerCommitter,
@@ -42,6 +49,8 @@ from consumers.runtime.kafka import (
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
 from consumers.runtime.settings import ConsumerSettings
 from contextcore.errors import ConfigurationError
+from contextcore.settings import DatabaseSettings
+from contextcore.storage.pool import create_pool
 from schemas.envelope import DeadLetterV1
 
 log = logging.getLogger("contextcore.consumer")
@@ -106,6 +115,7 @@ class ConsumerApp:
         publishes: Sequence[Channel],
         settings: ConsumerSettings,
         kafka: KafkaSettings,
+        database: DatabaseSettings,
         topics: list[TopicSpec],
         open_handler: Callable[
             [RuntimeMetrics, Publisher], AbstractAsyncContextManager[RecordHandler]
@@ -126,12 +136,14 @@ class ConsumerApp:
         self.topic = topic
         self.settings = settings
         self.kafka = kafka
+        self.database = database
         self.topics = topics
         self.open_handler = open_handler
         self.metrics = RuntimeMetrics.create()
         self.dead_letter_causes = (*DEAD_LETTER_CAUSES, *dead_letter_causes)
         self.retry_causes = tuple(retry_causes)
         self.delivery: Delivery | None = None
+        self.journal: PostgresJournal | None = None
         self._health: HealthServer | None = None
         self._ready = False
         self.broker = KafkaBroker(
@@ -228,11 +240,14 @@ class ConsumerApp:
             self.metrics.registry,
             port=self.settings.metrics_port,
             live=self.health,
-            ready=lambda: self._ready,
+            ready=self.ready,
         )
         try:
             self._health.start()
-            async with self.open_handler(self.metrics, publisher) as handler:
+            async with (
+                self.open_handler(self.metrics, publisher) as handler,
+                self._journal() as journal,
+            ):
                 self.delivery = Delivery(
                     consumer=self.name,
                     handler=handler,
@@ -240,6 +255,7 @@ class ConsumerApp:
                     settings=self.settings,
                     max_record_bytes=self.kafka.max_record_bytes,
                     metrics=self.metrics,
+                    journal=journal,
                 )
                 self.delivery.start_at_zero(
                     self.topic,
@@ -257,6 +273,30 @@ class ConsumerApp:
             if self._health is not None:
                 self._health.stop()
             await publisher.stop()
+
+    @asynccontextmanager
+    async def _journal(self) -> AsyncIterator[PostgresJournal]:
+        """The start journal on a pool of its own, and the probe that keeps its availability
+        (the readiness) current while no record arrives."""
+        pool = await create_pool(
+            self.database.require_url(),
+            timeout_s=self.database.connect_timeout_s,
+            min_size=1,
+            max_size=2,
+        )
+        self.journal = PostgresJournal(pool, group=self.settings.group_id, role=self.database.role)
+        probe = asyncio.create_task(_probe(self.journal), name=f"{self.name}-database-probe")
+        try:
+            yield self.journal
+        finally:
+            probe.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await probe
+            await pool.close()
+
+    def ready(self) -> bool:
+        """Started, not shutting down, and the database answers."""
+        return self._ready and (self.journal is None or self.journal.available)
 
     def health(self) -> Health:
         if self.delivery is None:
@@ -283,6 +323,15 @@ class ConsumerApp:
             consumer.pause(*consumer.assignment())  # fetch nothing more while draining
         if self.delivery is not None:
             await self.delivery.close()
+
+
+_PROBE_INTERVAL_S = 2.0
+
+
+async def _probe(journal: PostgresJournal) -> None:
+    while True:
+        await journal.check()
+        await asyncio.sleep(_PROBE_INTERVAL_S)
 
 
 def lazy_app(create: Callable[[], ConsumerApp]) -> Callable[[str], Any]:

@@ -4,22 +4,31 @@ For one record, in order (docs/delivery.md):
 
 1. A retried copy waits out its back-off (``contextcore-not-before-ms``, never longer than
    its attempt's back-off; a first delivery never waits, whatever its headers say).
-2. The handler answers an :data:`~consumers.runtime.records.Outcome` within
-   ``handle_timeout_s``. An exception or a timeout is a :class:`Retry`.
-3. A :class:`Reply` is serialised and published, and the broker acknowledges it. A reply that
+2. The start is written to the journal (:mod:`consumers.runtime.journal`). A record started
+   before without an outcome runs alone (:class:`~consumers.runtime.gate.SoloGate`); one that
+   already took its process down ``max_crashes`` times alone is dead-lettered
+   (``crashed_the_consumer``) without running.
+3. The handler answers an :data:`~consumers.runtime.records.Outcome` within
+   ``handle_timeout_s``. An exception or a timeout is a :class:`Retry`, but for a database that
+   does not answer (:class:`~contextcore.errors.InfrastructureUnavailable`): the handling is
+   tried again in place, no attempt spent, until it answers (``/readyz`` says not ready
+   meanwhile, and a partition held too long turns ``/healthz`` red).
+4. A :class:`Reply` is serialised and published, and the broker acknowledges it. A reply that
    cannot be serialised or that the broker refuses for good (too large, bad topic) is replaced
    by the handler's fallback error reply; failing that, the record is dead-lettered. A publish
    the broker may accept later (retriable) becomes a :class:`Retry`.
-4. A :class:`Retry` re-publishes the record to its own topic with its attempt count and a
+5. A :class:`Retry` re-publishes the record to its own topic with its attempt count and a
    not-before time in headers, up to ``max_attempts``; then it is dead-lettered, as it is when
    the broker will never take the copy (too large). The count travels with the record: it
    survives a restart and a rebalance.
-5. A :class:`DeadLetter` publishes a bounded letter to ``<topic>.dlt``; if the broker refuses
-   it for good, a minimal letter (no payload, no key).
-6. The record is finished; its partition's commit position moves past every finished record
+6. A :class:`DeadLetter` publishes a bounded letter to ``<topic>.dlt``; if the broker refuses
+   it for good, a minimal letter (no payload, no key). A record the runtime gives up on
+   (``gave_up``, ``crashed_the_consumer``) is also answered, when the handler can still read
+   its reply address (:meth:`RecordHandler.farewell`): the caller hears why instead of waiting.
+7. The record is finished; its partition's commit position moves past every finished record
    below the lowest unfinished one, and a background task commits it.
 
-Steps 4 and 5 publish to our own topics: while the broker may take them later they are tried
+Steps 5 and 6 publish to our own topics: while the broker may take them later they are tried
 again in place, and the minimal letter is tried until it is taken, because skipping it would
 lose the record. While the broker refuses, that record stays in flight and ``/healthz`` reports
 the partition stuck.
@@ -43,6 +52,8 @@ from prometheus_client import Histogram
 from pydantic import BaseModel
 
 from broker.topics import dead_letter_topic
+from consumers.runtime.gate import SoloGate
+from consumers.runtime.journal import NoJournal, StartJournal
 from consumers.runtime.letters import dead_letter
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
@@ -61,6 +72,7 @@ from consumers.runtime.records import (
 )
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.tracker import InFlight, PartitionTracker, TopicPartition
+from contextcore.errors import InfrastructureUnavailable
 from schemas.envelope import printable
 
 log = logging.getLogger("contextcore.delivery")
@@ -102,6 +114,10 @@ class RecordHandler(Protocol):
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         """One record's outcome. Raising is allowed (it becomes a :class:`Retry`)."""
 
+    def farewell(self, record: Inbound, reason: str) -> Reply | None:
+        """The error reply for a record the runtime gave up on (``reason`` says why), when its
+        reply address can still be read; ``None`` when there is nobody to tell."""
+
 
 @dataclass(frozen=True)
 class Health:
@@ -128,6 +144,7 @@ class Delivery:
         settings: ConsumerSettings,
         max_record_bytes: int,
         metrics: RuntimeMetrics,
+        journal: StartJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -138,6 +155,7 @@ class Delivery:
         self.settings = settings
         self.max_record_bytes = max_record_bytes
         self.metrics = metrics
+        self.journal: StartJournal = journal or NoJournal()
         self.clock = clock
         self.wall_ms = wall_ms
         self.sleep = sleep
@@ -153,10 +171,13 @@ class Delivery:
         self._revoking: set[TopicPartition] = set()
         self._closing = False
         self._snapshot = _Snapshot()
+        self._gate = SoloGate()
         # the children this consumer observes per record, bound once: ``labels()`` checks and
         # converts its values on every call, a cost per record
         self._in_flight = metrics.in_flight.labels(consumer)
         self._record_seconds = metrics.record_seconds.labels(consumer)
+        self._database_waits = metrics.waits.labels(consumer, "database")
+        self._run_alone = metrics.alone.labels(consumer)
         self._outcomes = {
             label: metrics.records.labels(consumer, label)
             for label in ("reply", "done", "retry", "dead_letter")
@@ -179,7 +200,7 @@ class Delivery:
             self.metrics.publish_failures.labels(self.consumer, kind)
         for result in ("ok", "failed"):
             self.metrics.commits.labels(self.consumer, result)
-        for cause in ("gave_up", "reply_refused", "retry_refused", *dead_letter_causes):
+        for cause in (*RUNTIME_DEAD_LETTER_CAUSES, *dead_letter_causes):
             self.metrics.dead_letters.labels(topic, cause)
 
     # ------------------------------------------------------------------ lifecycle
@@ -303,7 +324,7 @@ class Delivery:
     async def _run(self, record: Inbound, tracker: PartitionTracker) -> None:
         started = self.clock()
         try:
-            await self._deliver(record)
+            await self._deliver(record, tracker)
         except asyncio.CancelledError:
             return  # a drain deadline passed: not finished, so not committed
         except Exception:
@@ -315,6 +336,8 @@ class Delivery:
             self._slots.release()
             self._in_flight.dec()
         self._record_seconds.observe(self.clock() - started)
+
+    def _finished(self, record: Inbound, tracker: PartitionTracker) -> None:
         position = tracker.finish(record.offset)
         if position is not None:
             self._positions[(record.topic, record.partition)] = position
@@ -322,7 +345,7 @@ class Delivery:
 
     # ------------------------------------------------------------------ one record
 
-    async def _deliver(self, record: Inbound) -> None:
+    async def _deliver(self, record: Inbound, tracker: PartitionTracker) -> None:
         not_before = record.not_before_ms
         if not_before is not None:  # a retried copy: never more than its attempt's back-off
             scheduled = backoff_s(
@@ -333,25 +356,83 @@ class Delivery:
             wait_s = min((not_before - self.wall_ms()) / 1000, scheduled)
             if wait_s > 0:
                 await self.sleep(wait_s)
+        prior = await self.journal.started(record.position)
+        if not prior.suspect:
+            async with self._gate.shared():
+                await self._settle(record)
+                self._finished(record, tracker)
+            return
+        async with self._gate.alone():
+            # nothing else runs: if the process dies now, this record killed it
+            self._run_alone.inc()
+            if prior.solo_crashes >= self.settings.max_crashes:
+                reason = (
+                    f"the record took its process down {prior.solo_crashes} times while it "
+                    f"ran alone (started {prior.starts} times without an outcome)"
+                )
+                await self._give_up(record, DeadLetter("crashed_the_consumer", reason))
+                self._outcomes["dead_letter"].inc()
+            else:
+                await self.journal.solo_started(record.position)
+                try:
+                    await self._settle(record)
+                except asyncio.CancelledError:  # a drain, not a crash: the start is taken back
+                    await asyncio.shield(self.journal.solo_finished(record.position))
+                    raise
+            self._finished(record, tracker)
+            await self._flush_commits()  # committed before the next suspect runs
+            await self.journal.solo_finished(record.position)
+
+    async def _settle(self, record: Inbound) -> None:
+        """Handle ``record`` and publish its outcome."""
         watch = Stopwatch()
-        outcome: Outcome
-        try:
-            async with asyncio.timeout(self.settings.handle_timeout_s):
-                outcome = await self.handler.handle(record, watch)
-        except TimeoutError:
-            outcome = Retry("timeout", f"not handled within {self.settings.handle_timeout_s:g} s")
-        except Exception as error:
-            log.exception("%s: handler failed on %s", self.consumer, record.position)
-            outcome = Retry("handler_error", _describe(error))
+        outcome = await self._handle(record, watch)
         if isinstance(outcome, Reply):
             outcome = await self._reply(outcome, watch)
         if isinstance(outcome, Retry):
             outcome = await self._retry(record, outcome)
         if isinstance(outcome, DeadLetter):
-            await self._dead_letter(record, outcome)
+            await self._give_up(record, outcome)
         self._outcomes[_label(outcome)].inc()
         for stage, seconds in watch.laps.items():
             self._stage(stage).observe(seconds)
+
+    async def _handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        """The handler's outcome; tried again in place while the database does not answer."""
+        wait_s = self.settings.retry_backoff_s
+        while True:
+            try:
+                async with asyncio.timeout(self.settings.handle_timeout_s):
+                    return await self.handler.handle(record, watch)
+            except TimeoutError:
+                return Retry("timeout", f"not handled within {self.settings.handle_timeout_s:g} s")
+            except InfrastructureUnavailable as error:
+                self._database_waits.inc()
+                log.warning(
+                    "%s: %s waits for the database (%s); trying again in %.1f s",
+                    self.consumer,
+                    record.position,
+                    printable(str(error))[:200],
+                    wait_s,
+                )
+                await self.sleep(wait_s)
+                wait_s = min(wait_s * 2, self.settings.unavailable_wait_max_s)
+            except Exception as error:
+                log.exception("%s: handler failed on %s", self.consumer, record.position)
+                return Retry("handler_error", _describe(error))
+
+    async def _give_up(self, record: Inbound, letter: DeadLetter) -> None:
+        """Dead-letter ``record``; when the runtime gave up on it, also tell its caller why."""
+        await self._dead_letter(record, letter)
+        if letter.cause not in _FAREWELL_CAUSES:
+            return
+        try:
+            farewell = self.handler.farewell(record, f"{letter.cause}: {letter.reason}")
+        except Exception:
+            log.exception("%s: no farewell for %s", self.consumer, record.position)
+            return
+        if farewell is not None and await self._send(farewell, farewell.message, Stopwatch()):
+            log.warning("%s: the farewell to %s was not sent", self.consumer, farewell.topic)
 
     async def _reply(self, reply: Reply, watch: Stopwatch) -> Outcome:
         """Publish ``reply``, or its fallback when it cannot go out; what is left to do when
@@ -544,6 +625,7 @@ class Delivery:
                 return False
         self.metrics.commits.labels(self.consumer, "ok").inc()
         self._stage("commit").observe(self.clock() - started)
+        await self.journal.forget(positions)  # what is committed is not delivered again
         return True
 
     def _stage(self, stage: str) -> Histogram:
@@ -579,6 +661,13 @@ class Delivery:
 
 
 _MONITOR_INTERVAL_S = 1.0
+RUNTIME_DEAD_LETTER_CAUSES = (
+    "gave_up",
+    "crashed_the_consumer",
+    "reply_refused",
+    "retry_refused",
+)
+_FAREWELL_CAUSES = frozenset({"gave_up", "crashed_the_consumer"})
 
 
 def _label(outcome: object) -> str:

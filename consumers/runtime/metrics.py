@@ -50,6 +50,8 @@ class RuntimeMetrics:
     publish_failures: Counter
     commits: Counter
     in_flight: Gauge
+    waits: Counter
+    alone: Counter
     schema: Info
 
     @classmethod
@@ -107,6 +109,20 @@ class RuntimeMetrics:
             in_flight=Gauge(
                 "contextcore_consumer_in_flight",
                 "Records started and not yet settled.",
+                ["consumer"],
+                registry=registry,
+            ),
+            waits=Counter(
+                "contextcore_consumer_waits_total",
+                "Handlings of a record tried again in place, no attempt spent, because a "
+                "dependency did not answer, by consumer and cause (database).",
+                ["consumer", "cause"],
+                registry=registry,
+            ),
+            alone=Counter(
+                "contextcore_consumer_records_run_alone_total",
+                "Records started before without an outcome (they may have killed their "
+                "process), run with nothing else in flight.",
                 ["consumer"],
                 registry=registry,
             ),

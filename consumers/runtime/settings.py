@@ -37,6 +37,12 @@ class ConsumerSettings(BaseSettings):
     """This consumer's own fetch wait, over ``CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS``: a consumer
     whose records are not latency-bound (embedding batches) need not poll the dev broker 500
     times a second, which costs the CPU its work needs (docs/knowledge.md)."""
+    max_crashes: int = Field(default=2, ge=1, le=100)
+    """A record that took its process down this many times while it ran alone is dead-lettered
+    (``crashed_the_consumer``) instead of started again (docs/delivery.md)."""
+    unavailable_wait_max_s: float = Field(default=2.0, gt=0)
+    """While the database does not answer, a record's handling is tried again in place, the
+    wait doubling up to this; no attempt is spent."""
     dead_letter_payload_bytes: int = Field(default=64 * 1024, ge=256)
     """A dead letter keeps at most this much of the original record (with its size and sha256)."""
 

@@ -1,6 +1,8 @@
 """The pending sweep: every ``interval_s``, fail the knowledge sources pending for more than
 ``older_than_s`` (never under an hour), tell each uploader on the reply topic its upload named,
-and count them.
+and count them; and keep the two bookkeeping tables bounded: the processed-message ledger's
+claims older than ``ledger_retention_s`` and the start journal's rows older than
+``journal_retention_s`` (a group or a topic no member commits any more) go, in bounded batches.
 
     contextcore serve sweep
 
@@ -18,11 +20,13 @@ import signal
 import time
 from datetime import timedelta
 
+import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from broker.settings import KafkaSettings
+from consumers.runtime import journal
 from consumers.runtime.database import verify_schema
 from consumers.runtime.delivery import Health, Publisher, PublishError
 from consumers.runtime.health import HealthServer
@@ -31,6 +35,7 @@ from consumers.runtime.metrics import schema_info
 from contextcore.errors import InfrastructureUnavailable
 from contextcore.knowledge import store
 from contextcore.settings import DatabaseSettings
+from contextcore.storage import ledger
 from contextcore.storage.pool import connect
 from schemas.envelope import printable
 from schemas.upload import UploadStatusV1
@@ -46,6 +51,11 @@ class SweepSettings(BaseSettings):
     """The spec's hour; the database refuses to fail anything younger whatever this says."""
     batch: int = Field(default=500, ge=1, le=100_000)
     metrics_port: int = Field(default=9467, ge=0, le=65535)
+    ledger_retention_s: float = Field(default=7 * 86_400, ge=86_400)
+    """How long a processed-message claim is kept (the database keeps at least a day): a
+    redelivery older than this would apply its effect again."""
+    journal_retention_s: float = Field(default=7 * 86_400, ge=3_600)
+    prune_batch: int = Field(default=10_000, ge=1, le=1_000_000)
 
 
 class Sweeper:
@@ -107,6 +117,7 @@ class Sweeper:
                 if len(batch) < self.settings.batch:
                     break
             counts = await store.source_counts(conn, role=self.database.role)
+            await self._prune(conn)
         finally:
             await conn.close()
         for status, count in counts.by_status.items():
@@ -119,6 +130,30 @@ class Sweeper:
         self._finished_at = time.monotonic()
         self.last_sweep.set_to_current_time()
         return swept
+
+    async def _prune(self, conn: asyncpg.Connection) -> None:
+        """Bounded batches of expired claims and journal rows, until none is left."""
+        settings, role = self.settings, self.database.role
+        while (
+            await ledger.prune(
+                conn,
+                older_than=timedelta(seconds=settings.ledger_retention_s),
+                batch=settings.prune_batch,
+                role=role,
+            )
+            == settings.prune_batch
+        ):
+            pass
+        while (
+            await journal.prune(
+                conn,
+                older_than=timedelta(seconds=settings.journal_retention_s),
+                batch=settings.prune_batch,
+                role=role,
+            )
+            == settings.prune_batch
+        ):
+            pass
 
     async def _tell(self, row: store.Swept) -> None:
         if row.reply_to is None or row.correlation_id is None:

@@ -117,6 +117,7 @@ def create_app(
         ],
         settings=upload,
         kafka=kafka,
+        database=database,
         topics=upload_topics(topics),
         open_handler=open_handler,
         dead_letter_causes=("refused",),

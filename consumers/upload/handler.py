@@ -37,6 +37,7 @@ from consumers.upload.replies import rejected, reply, status_of, superseded
 from contextcore.knowledge.ingest import Batch, Ingestion, Prepared, Reingest, Upload
 from contextcore.knowledge.objects import ObjectError, ObjectUnavailable
 from contextcore.knowledge.store import Superseded
+from schemas import wire
 from schemas.upload import (
     EmbedBatchV1,
     EmbedChunkV1,
@@ -177,6 +178,16 @@ class UploadHandler:
             key=str(batch.source_id).encode(),
             headers=[("content-type", b"application/json")],
         )
+
+    def farewell(self, record: Inbound, reason: str) -> Reply | None:
+        """A ``rejected`` status for an upload the runtime gave up on (a source it created
+        stays pending until the sweep fails it, and tells the uploader again)."""
+        address = wire.address_of(record.value)
+        if address is None:
+            return None
+        topic, correlation_id = address
+        message = rejected(correlation_id, f"the upload was not handled: {reason}")
+        return reply(topic, correlation_id, message)
 
     def decode(
         self, value: bytes | None

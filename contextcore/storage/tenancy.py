@@ -15,6 +15,10 @@
 There is no way to open a scope without naming it: an organization is a required ``UUID``, and
 the platform is the explicit :data:`PLATFORM` value, never a default.
 
+A database that is gone (refused, reset, shutting down or starting up: ``_LOST``) surfaces as
+:class:`~contextcore.errors.InfrastructureUnavailable`, whatever statement was running, so a
+caller can tell "try again when it is back" from a statement that failed.
+
 The limit of the second line of defence (docs/tenancy.md): the scope settings are ordinary
 settings. SQL that an attacker could inject into this transaction could change them; RLS
 catches a forgotten filter, not injected SQL. No query here interpolates input.
@@ -191,14 +195,47 @@ class TenantDatabase:
             organization="" if organization is None else str(UUID(int=organization.int)),
             platform="on" if isinstance(scope, Platform) else "",
         )
-        async with self.pool.acquire() as conn:
+        try:
+            conn = await self.pool.acquire()
+        except (OSError, TimeoutError, *_LOST) as error:
+            raise _unavailable(error) from error
+        try:
             try:
-                await conn.execute(enter)
+                try:
+                    await conn.execute(enter)
+                except asyncpg.InsufficientPrivilegeError as error:
+                    raise _not_a_member(self.role) from error
                 yield TenantConnection(conn, organization)
             except BaseException:
                 await _abandon(conn)
                 raise
             await conn.execute("COMMIT")
+        except _LOST as error:
+            raise _unavailable(error) from error
+        except asyncpg.InterfaceError as error:
+            if not conn.is_closed():
+                raise
+            raise _unavailable(error) from error
+        finally:
+            await self.pool.release(conn)
+
+
+_LOST = (
+    asyncpg.PostgresConnectionError,  # class 08: the connection failed or is gone
+    asyncpg.AdminShutdownError,  # 57P01: the server is shutting down
+    asyncpg.CrashShutdownError,  # 57P02
+    asyncpg.CannotConnectNowError,  # 57P03: the server is starting or stopping
+    ConnectionError,  # refused, reset, broken pipe
+)
+"""The errors of a database that is gone (not of a statement): the caller waits and tries
+again (the delivery runtime does it in place, without spending an attempt)."""
+
+
+def _unavailable(error: BaseException) -> InfrastructureUnavailable:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return InfrastructureUnavailable(
+        f"the database did not answer: {type(error).__name__}{': ' if text else ''}{text[:200]}"
+    )
 
 
 async def _abandon(conn: Connection) -> None:

@@ -16,6 +16,7 @@ cloned from a migrated template.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -98,16 +99,26 @@ async def services() -> AsyncIterator[Services]:
 
 
 @pytest.fixture(scope="session")
-async def roles(services: Services) -> Roles:
-    """This session's owner and runtime login (roles are cluster-wide; passwords are new)."""
-    owner = Login("cc_test_owner", secrets.token_urlsafe(12), "")
-    runtime = Login("cc_test_runtime", secrets.token_urlsafe(12), "")
+async def roles(services: Services) -> AsyncIterator[Roles]:
+    """This session's owner and runtime login. Roles are cluster-wide: each session makes its
+    own (two sessions on one cluster would otherwise reset each other's passwords), and drops
+    them when its databases are gone."""
+    tag = f"{os.getpid()}_{secrets.token_hex(3)}"
+    owner = Login(f"cc_test_owner_{tag}", secrets.token_urlsafe(12), "")
+    runtime = Login(f"cc_test_runtime_{tag}", secrets.token_urlsafe(12), "")
     conn = await asyncpg.connect(services.admin_url)
     try:
         await provision_roles(conn, owner=owner, runtime=runtime)
     finally:
         await conn.close()
-    return Roles(owner, runtime)
+    yield Roles(owner, runtime)
+    conn = await asyncpg.connect(services.admin_url)
+    try:
+        for login in (runtime, owner):
+            with contextlib.suppress(asyncpg.PostgresError):  # a database a test left behind
+                await conn.execute(f'DROP ROLE IF EXISTS "{login.user}"')
+    finally:
+        await conn.close()
 
 
 async def _admin_execute(services: Services, sql: str) -> None:

@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -175,3 +175,10 @@ async def until(
     async with asyncio.timeout(timeout):
         while not condition():  # noqa: ASYNC110
             await asyncio.sleep(every)
+
+
+async def until_true(check: Callable[[], Awaitable[bool]], *, timeout: float = 30.0) -> None:
+    """:func:`until` for a condition that must be awaited (an HTTP probe, a query)."""
+    async with asyncio.timeout(timeout):
+        while not await check():  # noqa: ASYNC110
+            await asyncio.sleep(0.2)

@@ -16,7 +16,7 @@ from contextcore.storage.tenancy import (
     TenantQuery,
 )
 from tests.integration import seed
-from tests.integration.conftest import Database
+from tests.integration.conftest import Database, Roles
 
 pytestmark = pytest.mark.integration
 
@@ -123,14 +123,14 @@ async def attempt(conn: Connection, *statements: str) -> object:
 
 
 async def test_the_runtime_login_leaving_the_tenant_role_can_read_nothing(
-    admin: asyncpg.Connection, tenant_db: TenantDatabase
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, roles: Roles
 ) -> None:
     """RESET ROLE inside a scope leaves the login itself, which holds no privilege at all."""
     mine, theirs = await seed.organization(admin), await seed.organization(admin)
     await seed.company(admin, theirs)
     async with tenant_db.scoped(mine) as tenant:
         conn = tenant._conn
-        assert await attempt(conn, "RESET ROLE", "SELECT current_user") == "cc_test_runtime"
+        assert await attempt(conn, "RESET ROLE", "SELECT current_user") == roles.runtime.user
         for table in ("crm_companies", "organizations", "processed_messages", "intel_people"):
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
                 await attempt(conn, "RESET ROLE", f"SELECT * FROM public.{table}")

@@ -18,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from consumers.runtime.delivery import Delivery, PublishError
+from consumers.runtime.journal import Prior
 from consumers.runtime.letters import dead_letter
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
@@ -28,12 +29,14 @@ from consumers.runtime.records import (
     Done,
     Inbound,
     Outcome,
+    Position,
     Reply,
     Stopwatch,
     backoff_s,
 )
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.tracker import PartitionTracker
+from contextcore.errors import InfrastructureUnavailable
 from schemas.envelope import DeadLetterV1
 
 
@@ -96,6 +99,7 @@ class Scripted:
         self.outcome = outcome
         self.gates: dict[int, asyncio.Event] = {}
         self.seen: list[int] = []
+        self.farewells: list[tuple[int, str]] = []
 
     def hold(self, *offsets: int) -> None:
         for offset in offsets:
@@ -106,6 +110,10 @@ class Scripted:
         if record.offset in self.gates:
             await self.gates[record.offset].wait()
         return self.outcome(record)
+
+    def farewell(self, record: Inbound, reason: str) -> Reply | None:
+        self.farewells.append((record.offset, reason))
+        return Reply("replies", f"farewell-{record.offset}", Message(text=reason))
 
 
 def reply(record: Inbound) -> Outcome:
@@ -135,11 +143,35 @@ def record(
     return Inbound("t", partition, offset, b"k", value, tuple((headers or {}).items()))
 
 
+@dataclass
+class FakeJournal:
+    """The start journal's port: what each position's earlier starts left, and every call."""
+
+    prior: dict[int, Prior] = field(default_factory=dict)
+    calls: list[tuple[str, object]] = field(default_factory=list)
+
+    async def started(self, position: Position) -> Prior:
+        self.calls.append(("started", position.offset))
+        return self.prior.get(position.offset, Prior())
+
+    async def solo_started(self, position: Position) -> None:
+        self.calls.append(("solo_started", position.offset))
+
+    async def solo_finished(self, position: Position) -> None:
+        self.calls.append(("solo_finished", position.offset))
+
+    async def forget(self, positions: Mapping[tuple[str, int], int]) -> None:
+        self.calls.append(("forget", dict(positions)))
+
+
 class Rig:
-    def __init__(self, handler: Scripted, **changes: Any) -> None:
+    def __init__(
+        self, handler: Scripted, journal: FakeJournal | None = None, **changes: Any
+    ) -> None:
         self.publisher = FakePublisher()
         self.committer = FakeCommitter()
         self.handler = handler
+        self.journal = journal or FakeJournal()
         self.delivery = Delivery(
             consumer="test",
             handler=handler,
@@ -147,6 +179,7 @@ class Rig:
             settings=settings(**changes),
             max_record_bytes=4_096,
             metrics=RuntimeMetrics.create(),
+            journal=self.journal,
         )
         self.delivery.assign([("t", 0), ("t", 1)])
         self.delivery.start(self.committer)
@@ -512,4 +545,110 @@ async def test_lag_runs_from_where_a_restart_would_resume_to_the_high_watermark(
     assert rig.delivery._lags()[("t", 1)] == 0
     await rig.delivery.revoke([("t", 0)])
     assert ("t", 0) not in rig.delivery._lags()  # not ours any more
+    await rig.close()
+
+
+# ------------------------------------------------------- the start journal and the solo gate
+
+
+async def test_every_start_is_journaled_and_commits_are_forgotten() -> None:
+    rig = Rig(Scripted(reply))
+    for offset in range(3):
+        await rig.delivery.submit(record(offset))
+    await rig.settle()
+    assert [c for c in rig.journal.calls if c[0] == "started"] == [
+        ("started", 0),
+        ("started", 1),
+        ("started", 2),
+    ]
+    forgotten = [c[1] for c in rig.journal.calls if c[0] == "forget"]
+    assert forgotten[-1] == {("t", 0): 3}  # after the commit of 3
+    assert not [c for c in rig.journal.calls if c[0].startswith("solo")]
+    await rig.close()
+
+
+async def test_a_suspect_runs_alone_and_is_committed_before_the_next_record_starts() -> None:
+    handler = Scripted(reply)
+    handler.hold(0)
+    rig = Rig(handler, FakeJournal(prior={1: Prior(starts=1)}))
+    await rig.delivery.submit(record(0))  # a first start, held
+    await rig.delivery.submit(record(1))  # started before without an outcome: a suspect
+    await rig.delivery.submit(record(2))  # arrives while the suspect waits
+    await asyncio.sleep(0.01)
+    assert handler.seen == [0]  # the suspect waits for 0; 2 waits for the suspect
+    handler.gates[0].set()
+    await rig.settle()
+    assert handler.seen == [0, 1, 2]
+    calls = rig.journal.calls
+    # the suspect's solo start, its commit (then forgotten), its solo start taken back
+    assert (
+        calls.index(("solo_started", 1))
+        < calls.index(("forget", {("t", 0): 2}))
+        < calls.index(("solo_finished", 1))
+    )
+    assert rig.delivery.metrics.alone.labels("test")._value.get() == 1
+    await rig.close()
+
+
+async def test_a_suspect_that_crashed_alone_too_often_is_dead_lettered_and_its_caller_told() -> (
+    None
+):
+    handler = Scripted(reply)
+    journal = FakeJournal(
+        prior={5: Prior(starts=3, solo_crashes=2), 6: Prior(starts=2, solo_crashes=1)}
+    )
+    rig = Rig(handler, journal, max_crashes=2)
+    await rig.delivery.submit(record(5, b"poison"))
+    await rig.delivery.submit(record(6))
+    await rig.settle()
+    assert handler.seen == [6]  # 5 never runs again; 6 has one more chance alone
+    [letter] = rig.publisher.to("t.dlt")
+    parsed = DeadLetterV1.model_validate_json(letter.value)
+    assert (parsed.cause, parsed.offset) == ("crashed_the_consumer", 5)
+    assert "took its process down 2 times while it ran alone" in parsed.reason
+    [(offset, reason)] = handler.farewells
+    assert offset == 5
+    assert reason.startswith("crashed_the_consumer: ")
+    farewell = [s for s in rig.publisher.to("replies") if b"crashed_the_consumer" in s.value]
+    assert len(farewell) == 1
+    assert rig.committer.last() == 7
+    await rig.close()
+
+
+async def test_a_record_given_up_on_is_answered_besides_its_dead_letter() -> None:
+    def explode(record: Inbound) -> Outcome:
+        raise RuntimeError("a bug")
+
+    handler = Scripted(explode)
+    rig = Rig(handler, max_attempts=1)
+    await rig.delivery.submit(record(3))
+    await rig.settle()
+    assert [m.cause for m in map(_letter, rig.publisher.to("t.dlt"))] == ["gave_up"]
+    assert [offset for offset, _ in handler.farewells] == [3]
+    assert "RuntimeError: a bug" in handler.farewells[0][1]
+    await rig.close()
+
+
+def _letter(sent: Sent) -> DeadLetterV1:
+    return DeadLetterV1.model_validate_json(sent.value)
+
+
+async def test_a_database_that_does_not_answer_is_waited_for_in_place() -> None:
+    calls = 0
+
+    def flaky(record: Inbound) -> Outcome:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise InfrastructureUnavailable("the database did not answer: ConnectionRefusedError")
+        return reply(record)
+
+    rig = Rig(Scripted(flaky), max_attempts=2, unavailable_wait_max_s=0.02)
+    await rig.delivery.submit(record(0))
+    await rig.settle()
+    assert calls == 4
+    assert [s.value for s in rig.publisher.to("replies")] == [b'{"text":"answer 0"}']
+    assert not rig.publisher.to("t")  # no retry copy: no attempt was spent
+    assert not rig.publisher.to("t.dlt")
+    assert rig.delivery.metrics.waits.labels("test", "database")._value.get() == 3
     await rig.close()

@@ -1,0 +1,111 @@
+"""The start journal on real PostgreSQL, as the runtime login (issue 17): starts counted across
+"processes", group commit under concurrency, solo starts taken back, committed rows forgotten,
+old rows pruned by the sweep beside the ledger's expired claims, and failing open."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from consumers.runtime.journal import PostgresJournal, Prior
+from consumers.runtime.records import Position
+from consumers.sweep.app import Sweeper, SweepSettings
+from contextcore.settings import DatabaseSettings
+from tests.integration.conftest import Database
+from tests.integration.helpers import free_port
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+async def pool(database: Database) -> AsyncIterator[asyncpg.Pool]:
+    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=2)
+    assert pool is not None
+    yield pool
+    await pool.close()
+
+
+def at(offset: int, partition: int = 0, topic: str = "t") -> Position:
+    return Position(topic, partition, offset)
+
+
+async def test_starts_are_counted_across_processes_and_forgotten_once_committed(
+    pool: asyncpg.Pool, admin: asyncpg.Connection
+) -> None:
+    first = PostgresJournal(pool, group="g")
+    assert await first.started(at(7)) == Prior(0, 0)
+    again = PostgresJournal(pool, group="g")  # a restarted process: the count survived
+    assert await again.started(at(7)) == Prior(1, 0)
+    assert (await again.started(at(7))).suspect
+    other_group = PostgresJournal(pool, group="h")
+    assert await other_group.started(at(7)) == Prior(0, 0)  # groups count apart
+    await again.solo_started(at(7))
+    await again.solo_started(at(7))
+    await again.solo_finished(at(7))
+    assert await again.started(at(7)) == Prior(3, 1)  # one solo start never finished
+    await again.started(at(9))
+    await again.forget({("t", 0): 8})  # committed up to 8: 7 is gone, 9 stays
+    rows = await admin.fetch(
+        'SELECT consumer_group, "offset" FROM delivery_starts ORDER BY consumer_group, "offset"'
+    )
+    assert [tuple(r) for r in rows] == [("g", 9), ("h", 7)]
+
+
+async def test_concurrent_starts_share_one_statement_and_each_is_counted(
+    pool: asyncpg.Pool, admin: asyncpg.Connection
+) -> None:
+    journal = PostgresJournal(pool, group="g")
+    positions = [at(offset, partition, topic) for topic in ("a", "b") for partition in range(3)
+                 for offset in range(20)]  # fmt: skip
+    priors = await asyncio.gather(*(journal.started(p) for p in positions))
+    assert set(priors) == {Prior(0, 0)}
+    priors = await asyncio.gather(*(journal.started(p) for p in positions))
+    assert set(priors) == {Prior(1, 0)}
+    assert await admin.fetchval("SELECT count(*) FROM delivery_starts") == len(positions)
+    assert await admin.fetchval("SELECT sum(starts) FROM delivery_starts") == 2 * len(positions)
+
+
+async def test_the_journal_fails_open_when_the_database_does_not_answer(
+    database: Database,
+) -> None:
+    unreachable = database.url.replace(":15432/", f":{free_port()}/")
+    assert unreachable != database.url
+    pool = await asyncpg.create_pool(unreachable, min_size=0, max_size=1)
+    assert pool is not None
+    try:
+        journal = PostgresJournal(pool, group="g", timeout_s=1.0)
+        assert await journal.started(at(1)) == Prior()  # started uncounted, not stopped
+        assert not journal.available
+        assert not await journal.check()
+    finally:
+        await pool.close()
+
+
+async def test_the_sweep_prunes_old_journal_rows_and_expired_ledger_claims(
+    pool: asyncpg.Pool, admin: asyncpg.Connection, database: Database
+) -> None:
+    journal = PostgresJournal(pool, group="g")
+    for offset in range(5):
+        await journal.started(at(offset))
+    await admin.execute(
+        "UPDATE delivery_starts SET last_started_at = now() - interval '8 days'"
+        ' WHERE "offset" < 3'
+    )
+    await admin.execute(
+        "INSERT INTO processed_messages (organization_id, consumer, message_id, processed_at)"
+        " VALUES (NULL, 'upload', 'old', now() - interval '8 days'),"
+        " (NULL, 'upload', 'young', now() - interval '2 days')"
+    )
+    sweeper = Sweeper(
+        SweepSettings(metrics_port=0, prune_batch=2),  # several batches
+        DatabaseSettings.model_construct(url=database.url),
+        publisher=None,  # type: ignore[arg-type]  # nothing pending: nobody is told anything
+    )
+    await sweeper.sweep_once()
+    offsets = await admin.fetch('SELECT "offset" FROM delivery_starts ORDER BY "offset"')
+    assert [r["offset"] for r in offsets] == [3, 4]
+    claims = await admin.fetch("SELECT message_id FROM processed_messages")
+    assert [r["message_id"] for r in claims] == ["young"]
