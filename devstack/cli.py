@@ -1,7 +1,12 @@
 """``contextcore-dev``: the embedded dev stack and the demo.
 
-    contextcore-dev up|down|status|env   the embedded broker + PostgreSQL on 127.0.0.1
+    contextcore-dev up [--durable]       the embedded broker + PostgreSQL on 127.0.0.1
+    contextcore-dev down|status|env
     contextcore-dev demo [--serve]       the main job end to end on the embedded default
+
+``up --durable`` (or ``CONTEXTCORE_DEV_DURABLE=true``) runs the broker on Tansu's ``s3://``
+storage against a local S3 server, so a broker restart keeps topics, acknowledged records and
+committed offsets; ``down`` stops the S3 server too, and the data with it.
 
 ``env`` prints the exports of the four addresses: the broker, the runtime login, the schema
 owner and the cluster's administrator (dev only).
@@ -18,23 +23,30 @@ from broker.settings import TopicSettings
 from broker.topics import all_topics
 from contextcore.errors import run_command
 from devstack.demo import run_demo
-from devstack.stack import DevStack
+from devstack.stack import DevSettings, DevStack
 
 
-async def _stack(action: str) -> int:
-    stack = DevStack()
+async def _stack(action: str, durable: bool) -> int:
+    stack = DevStack(DevSettings(durable=True) if durable else None)
     if action == "up":
         report = await stack.up(all_topics(TopicSettings()))
         print("\n".join(report.lines(stack.home)))
     elif action == "down":
+        s3 = stack.s3_running()
         broker, postgres = await asyncio.to_thread(stack.down)
         print(
-            f"broker {'stopped' if broker else 'was not running'}; "
+            f"broker {'stopped' if broker else 'was not running'}"
+            f"{' (and its S3 server, with the data)' if s3 else ''}; "
             f"postgres {'stopped' if postgres else 'was not running'}"
         )
     elif action == "status":
         broker, postgres = stack.status()
-        print(f"broker {'up' if broker else 'down'}; postgres {'up' if postgres else 'down'}")
+        storage = stack.broker_storage()
+        described = f", {storage.describe()}" if broker and storage else ""
+        print(
+            f"broker {'up' if broker else 'down'}{described}; "
+            f"postgres {'up' if postgres else 'down'}"
+        )
         return 0 if broker and postgres else 1
     else:
         print(stack.addresses.exports())
@@ -49,13 +61,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("action", choices=["up", "down", "status", "env", "demo"])
     parser.add_argument("--serve", action="store_true", help="demo: keep the consumer running")
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="up: the broker keeps its data across restarts (s3:// storage on a local S3 server)",
+    )
     args = parser.parse_args(argv)
+    if args.durable and args.action != "up":
+        parser.error("--durable goes with up (CONTEXTCORE_DEV_DURABLE=true for the demo)")
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.action == "demo":
         return run_command("contextcore-dev", lambda: asyncio.run(run_demo(args.serve)))
-    return run_command("contextcore-dev", lambda: asyncio.run(_stack(args.action)))
+    return run_command("contextcore-dev", lambda: asyncio.run(_stack(args.action, args.durable)))
 
 
 if __name__ == "__main__":

@@ -55,10 +55,10 @@ class Private:
         return with_database(self.addresses.admin_url, "contextcore")
 
     async def stop(self) -> None:
-        await asyncio.to_thread(self.stack._stop_postgres)
+        await asyncio.to_thread(self.stack.stop_postgres)
 
     async def start(self) -> None:
-        await asyncio.to_thread(self.stack._start_postgres)
+        await asyncio.to_thread(self.stack.start_postgres)
 
 
 @pytest.fixture
@@ -67,9 +67,9 @@ async def private() -> AsyncIterator[Private]:
     the unprivileged user that runs it as root must reach it (pytest's tmp folders are 0700)."""
     home = Path(f"/var/tmp/cc-test-pg-{uuid.uuid4().hex[:8]}")
     stack = DevStack(DevSettings(home=home, pg_port=free_port(), kafka_port=free_port()))
-    await asyncio.to_thread(stack._start_postgres)
+    await asyncio.to_thread(stack.start_postgres)
     try:
-        await stack._ensure_database()
+        await stack.ensure_database()
         addresses = stack.addresses
         conn = await asyncpg.connect(addresses.owner_url)
         try:
@@ -78,7 +78,7 @@ async def private() -> AsyncIterator[Private]:
             await conn.close()
         yield Private(stack, addresses)
     finally:
-        await asyncio.to_thread(stack._stop_postgres)
+        await asyncio.to_thread(stack.stop_postgres)
         shutil.rmtree(home, ignore_errors=True)
 
 
