@@ -133,27 +133,19 @@ class Sweeper:
 
     async def _prune(self, conn: asyncpg.Connection) -> None:
         """Bounded batches of expired claims and journal rows, until none is left."""
-        settings, role = self.settings, self.database.role
-        while (
-            await ledger.prune(
-                conn,
-                older_than=timedelta(seconds=settings.ledger_retention_s),
-                batch=settings.prune_batch,
-                role=role,
-            )
-            == settings.prune_batch
+        settings = self.settings
+        for prune, retention_s in (
+            (ledger.prune, settings.ledger_retention_s),
+            (journal.prune, settings.journal_retention_s),
         ):
-            pass
-        while (
-            await journal.prune(
-                conn,
-                older_than=timedelta(seconds=settings.journal_retention_s),
-                batch=settings.prune_batch,
-                role=role,
-            )
-            == settings.prune_batch
-        ):
-            pass
+            older_than = timedelta(seconds=retention_s)
+            while (
+                await prune(
+                    conn, older_than=older_than, batch=settings.prune_batch, role=self.database.role
+                )
+                == settings.prune_batch
+            ):
+                pass
 
     async def _tell(self, row: store.Swept) -> None:
         if row.reply_to is None or row.correlation_id is None:

@@ -35,6 +35,12 @@ Backend = Literal["openvino", "onnx", "torch"]
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 CALL_COST_TOKENS = 64
 """What one more model call costs, in padded tokens (0 to 512 measured alike here)."""
+OPENVINO_CONFIG = {"CPU_RUNTIME_CACHE_CAPACITY": "200"}
+"""OpenVINO's CPU plugin keeps the kernels it compiled for each input shape it has seen (5,000
+by default), and documents come in every length: an embedding consumer's RSS grew from 769 to
+979 MB over a ten-minute soak and did not level off. 200 shapes hold it (1,500 calls of random
+shapes: 600 -> 874 MB, flat after the first few hundred, against 1,210 MB and climbing; about
+8% slower on those shapes than an unbounded cache; no cache at all was 35% slower)."""
 
 
 class Encoder(Protocol):
@@ -140,16 +146,17 @@ def _exported(path: Path, backend: Backend, cache_dir: Path | None) -> Any:
     from sentence_transformers import SentenceTransformer
 
     marker = {"openvino": "openvino/openvino_model.xml", "onnx": "onnx/model.onnx"}[backend]
+    config: dict[str, Any] = {"ov_config": OPENVINO_CONFIG} if backend == "openvino" else {}
     if (path / marker).exists():  # the model ships the export itself
-        return SentenceTransformer(str(path), device="cpu", backend=backend)
+        return SentenceTransformer(str(path), device="cpu", backend=backend, model_kwargs=config)
     if cache_dir is None:
         return SentenceTransformer(
-            str(path), device="cpu", backend=backend, model_kwargs={"export": True}
+            str(path), device="cpu", backend=backend, model_kwargs={"export": True, **config}
         )
     cached = cache_dir / f"{path.name}-{_fingerprint(path)}-{backend}"
     if not (cached / marker).exists():
         loaded = SentenceTransformer(
-            str(path), device="cpu", backend=backend, model_kwargs={"export": True}
+            str(path), device="cpu", backend=backend, model_kwargs={"export": True, **config}
         )
         cache_dir.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=".export-", dir=cache_dir))
@@ -159,7 +166,7 @@ def _exported(path: Path, backend: Backend, cache_dir: Path | None) -> Any:
         except OSError:  # another process cached it first
             shutil.rmtree(staging, ignore_errors=True)
         return loaded
-    return SentenceTransformer(str(cached), device="cpu", backend=backend)
+    return SentenceTransformer(str(cached), device="cpu", backend=backend, model_kwargs=config)
 
 
 def exported_path(path: Path, cache_dir: Path) -> Path:
@@ -200,7 +207,7 @@ class OpenVinoQueryEncoder:
         self._tokenizer.no_padding()
         self._tokenizer.enable_truncation(max_tokens)
         self._compiled = openvino.Core().compile_model(
-            str(exported / "openvino" / "openvino_model.xml"), "CPU"
+            str(exported / "openvino" / "openvino_model.xml"), "CPU", OPENVINO_CONFIG
         )
         self._inputs = {i.get_any_name() for i in self._compiled.inputs}
         self._lock = threading.Lock()

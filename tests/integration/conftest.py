@@ -46,6 +46,7 @@ from contextcore.storage.pool import with_database
 from contextcore.storage.provision import Login, provision_database, provision_roles
 from contextcore.storage.tenancy import TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
+from producers.knowledge import KnowledgeClient
 
 pytestmark = pytest.mark.integration
 
@@ -238,6 +239,15 @@ class Config:
 
     def reply_topic(self, name: str) -> str:
         return f"{self.topics.reply_prefix}.{name}"
+
+    def knowledge_client(self) -> KnowledgeClient:
+        """A client of this test's upload topic (use as ``async with``)."""
+        return KnowledgeClient(
+            bootstrap_servers=self.bootstrap,
+            upload_topic=self.topics.upload,
+            reply_topic_prefix=self.topics.reply_prefix,
+            fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+        )
 
     def with_(self, section: str, **changes: Any) -> Config:
         """A copy with ``changes`` to one settings group (``kafka``, ``build``, …)."""

@@ -152,80 +152,50 @@ def crash_config(config: Config, section: str) -> Config:
     return config.with_(section, max_crashes=MAX_CRASHES)
 
 
-@pytest.mark.timeout(300)
-async def test_a_build_request_that_kills_the_consumer_is_parked_and_its_caller_told(
-    config: Config, tmp_path: Path
-) -> None:
-    config = crash_config(config, "build")
+Message = Callable[[str, str, bool], dict[str, Any]]
+"""``(correlation id, reply topic, poison?)`` -> a request of a consumer's topic."""
+
+
+async def poisoned_requests(
+    config: Config, consumer: str, topic: str, message: Message, tmp_path: Path
+) -> dict[str, Any]:
+    """A poison request and ``VALID`` valid ones behind it, through the crash loop; every valid
+    one answered. Returns the poison's own answer (the runtime's farewell)."""
     reply_to = config.reply_topic("crash")
     reader = Reader()
     await reader.follow(config.bootstrap, reply_to)
-    poison = request_message("poison", reply_to)
-    poison["request"]["query"] = KILL_MARK.decode()
-    valid = [request_message(f"valid-{i}", reply_to) for i in range(VALID)]
     replies = reader.records[reply_to]
+    valid = {f"valid-{i}" for i in range(VALID)}
+    records = [message("poison", reply_to, True)]
+    records += [message(cid, reply_to, False) for cid in sorted(valid)]
 
     def answered(_: Reader) -> bool:
-        return {f"valid-{i}" for i in range(VALID)} <= {r["correlation_id"] for r in replies}
+        return valid <= {r["correlation_id"] for r in replies}
 
     try:
-        await crash_loop(
-            config,
-            Scenario(
-                "build",
-                config.request_topic,
-                [json.dumps(m).encode() for m in (poison, *valid)],
-                answered,
-            ),
-            tmp_path,
-            reader,
-        )
-        [farewell] = [r for r in replies if r["correlation_id"] == "poison"]
-        assert farewell["status"] == "error"
-        assert farewell["error"]["code"] == "internal_error"
-        assert "crashed_the_consumer" in farewell["error"]["message"]
+        encoded = [json.dumps(m).encode() for m in records]
+        await crash_loop(config, Scenario(consumer, topic, encoded, answered), tmp_path, reader)
     finally:
         await reader.close()
+    [farewell] = [r for r in replies if r["correlation_id"] == "poison"]
+    return farewell
 
 
-@pytest.mark.timeout(300)
-async def test_a_memory_write_that_kills_the_consumer_is_parked_and_its_caller_told(
-    config: Config, admin: asyncpg.Connection, tmp_path: Path
-) -> None:
-    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'M')", MEMORY_ORG)
-    config = crash_config(config, "memory")
-    await ensure_topics(config.bootstrap, memory_topics(config.topics))
-    reply_to = config.reply_topic("crash")
-    reader = Reader()
-    await reader.follow(config.bootstrap, reply_to)
-    poison = remember_message("poison", reply_to, text=KILL_MARK.decode())
-    valid = [remember_message(f"valid-{i}", reply_to) for i in range(VALID)]
-    replies = reader.records[reply_to]
-
-    def answered(_: Reader) -> bool:
-        return {f"valid-{i}" for i in range(VALID)} <= {r["correlation_id"] for r in replies}
-
-    try:
-        await crash_loop(
-            config,
-            Scenario(
-                "memory",
-                config.topics.memory_write,
-                [json.dumps(m).encode() for m in (poison, *valid)],
-                answered,
-            ),
-            tmp_path,
-            reader,
-        )
-        [farewell] = [r for r in replies if r["correlation_id"] == "poison"]
-        assert (farewell["status"], farewell["reason"]) == ("refused", "not_handled")
-        written = await admin.fetchval("SELECT count(*) FROM memories")
-        assert written == VALID  # the poison wrote nothing, every valid call wrote once
-    finally:
-        await reader.close()
+def build_request(correlation_id: str, reply_to: str, poison: bool) -> dict[str, Any]:
+    message = request_message(correlation_id, reply_to)
+    if poison:
+        message["request"]["query"] = KILL_MARK.decode()
+    return message
 
 
-def upload_message(correlation_id: str, reply_to: str, text: str) -> dict[str, Any]:
+def memory_write(correlation_id: str, reply_to: str, poison: bool) -> dict[str, Any]:
+    if poison:
+        return remember_message(correlation_id, reply_to, text=KILL_MARK.decode())
+    return remember_message(correlation_id, reply_to)
+
+
+def upload_message(correlation_id: str, reply_to: str, poison: bool) -> dict[str, Any]:
+    text = f"# Bomb\n\n{KILL_MARK.decode()}" if poison else "# Notes\n\nRefunds."
     return {
         "correlation_id": correlation_id,
         "reply_to": reply_to,
@@ -240,39 +210,45 @@ def upload_message(correlation_id: str, reply_to: str, text: str) -> dict[str, A
 
 
 @pytest.mark.timeout(300)
+async def test_a_build_request_that_kills_the_consumer_is_parked_and_its_caller_told(
+    config: Config, tmp_path: Path
+) -> None:
+    config = crash_config(config, "build")
+    farewell = await poisoned_requests(
+        config, "build", config.request_topic, build_request, tmp_path
+    )
+    assert farewell["status"] == "error"
+    assert farewell["error"]["code"] == "internal_error"
+    assert "crashed_the_consumer" in farewell["error"]["message"]
+
+
+@pytest.mark.timeout(300)
+async def test_a_memory_write_that_kills_the_consumer_is_parked_and_its_caller_told(
+    config: Config, admin: asyncpg.Connection, tmp_path: Path
+) -> None:
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'M')", MEMORY_ORG)
+    config = crash_config(config, "memory")
+    await ensure_topics(config.bootstrap, memory_topics(config.topics))
+    farewell = await poisoned_requests(
+        config, "memory", config.topics.memory_write, memory_write, tmp_path
+    )
+    assert (farewell["status"], farewell["reason"]) == ("refused", "not_handled")
+    written = await admin.fetchval("SELECT count(*) FROM memories")
+    assert written == VALID  # the poison wrote nothing, every valid call wrote once
+
+
+@pytest.mark.timeout(300)
 async def test_an_upload_that_kills_the_consumer_is_parked_and_its_uploader_told(
     config: Config, admin: asyncpg.Connection, tmp_path: Path
 ) -> None:
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'U')", UPLOAD_ORG)
     config = crash_config(config, "upload")
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
-    reply_to = config.reply_topic("crash")
-    reader = Reader()
-    await reader.follow(config.bootstrap, reply_to)
-    poison = upload_message("poison", reply_to, f"# Bomb\n\n{KILL_MARK.decode()}")
-    valid = [upload_message(f"valid-{i}", reply_to, "# Notes\n\nRefunds.") for i in range(VALID)]
-    replies = reader.records[reply_to]
-
-    def answered(_: Reader) -> bool:
-        return {f"valid-{i}" for i in range(VALID)} <= {r["correlation_id"] for r in replies}
-
-    try:
-        await crash_loop(
-            config,
-            Scenario(
-                "upload",
-                config.topics.upload,
-                [json.dumps(m).encode() for m in (poison, *valid)],
-                answered,
-            ),
-            tmp_path,
-            reader,
-        )
-        [farewell] = [r for r in replies if r["correlation_id"] == "poison"]
-        assert farewell["status"] == "rejected"
-        assert "crashed_the_consumer" in farewell["reason"]
-    finally:
-        await reader.close()
+    farewell = await poisoned_requests(
+        config, "upload", config.topics.upload, upload_message, tmp_path
+    )
+    assert farewell["status"] == "rejected"
+    assert "crashed_the_consumer" in farewell["reason"]
 
 
 @pytest.mark.timeout(400)
@@ -300,7 +276,7 @@ async def test_an_embedding_batch_that_kills_the_consumer_is_parked(
         await send.send_and_wait(config.topics.embed, json.dumps(poison).encode(), key=b"x")
         await send.send_and_wait(
             config.topics.upload,
-            json.dumps(upload_message("valid", reply_to, "# Notes\n\nRefunds.")).encode(),
+            json.dumps(upload_message("valid", reply_to, False)).encode(),
         )
     finally:
         await send.stop()

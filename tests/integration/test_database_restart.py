@@ -10,7 +10,6 @@ disturbs no other test; the broker is the shared one.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import urllib.error
 import urllib.request
@@ -18,7 +17,6 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import asyncpg
 import pytest
@@ -28,8 +26,8 @@ from contextcore.storage import migrations
 from contextcore.storage.pool import with_database
 from devstack.stack import DevSettings, DevStack, StackAddresses
 from tests.integration.conftest import Config, ConsumerProcess, StartConsumer
-from tests.integration.helpers import free_port, producer, request_message, until, until_true
-from tests.integration.test_chaos import ORG, remember, upload
+from tests.integration.helpers import free_port, until, until_true
+from tests.integration.load import ORG, MixedLoad
 from tests.integration.test_crash_loop import Reader
 
 pytestmark = pytest.mark.integration
@@ -98,45 +96,6 @@ async def all_ready(ports: dict[str, int], status: int) -> bool:
     return set(seen) == {status}
 
 
-class Load:
-    def __init__(self, config: Config, reply_to: str) -> None:
-        self.config = config
-        self.reply_to = reply_to
-        self.builds: list[str] = []
-        self.writes: list[str] = []
-        self.uploads: list[str] = []
-        self.stop = asyncio.Event()
-
-    async def run(self) -> None:
-        send = await producer(self.config.bootstrap)
-        topics = self.config.topics
-        tick = 0
-        try:
-            while not self.stop.is_set():
-                tick += 1
-                cid = f"build-{tick}"
-                message = request_message(cid, self.reply_to, policy=READS_THE_DATABASE)
-                message["request"]["subject"]["organization_id"] = str(ORG)
-                await send.send_and_wait(topics.build_request, json.dumps(message).encode())
-                self.builds.append(cid)
-                cid = f"write-{tick}"
-                await send.send_and_wait(
-                    topics.memory_write,
-                    json.dumps(remember(cid, self.reply_to, tick % 5)).encode(),
-                    key=f"chain-{tick % 5}".encode(),
-                )
-                self.writes.append(cid)
-                if tick % 10 == 0:
-                    cid = f"upload-{tick}"
-                    await send.send_and_wait(
-                        topics.upload, json.dumps(upload(cid, self.reply_to)).encode()
-                    )
-                    self.uploads.append(cid)
-                await asyncio.sleep(0.1)
-        finally:
-            await send.stop()
-
-
 @pytest.mark.timeout(600)
 async def test_consumers_wait_out_a_database_restart_and_lose_nothing(
     config: Config, start_consumer: StartConsumer, private: Private
@@ -170,10 +129,11 @@ async def test_consumers_wait_out_a_database_restart_and_lose_nothing(
     processes: list[ConsumerProcess] = list(
         await asyncio.gather(*(start_consumer(config, consumer=name) for name in CONSUMERS))
     )
-    load = Load(config, reply_to)
+    load = MixedLoad(config, reply_to, policy=READS_THE_DATABASE)
+    stop = asyncio.Event()
     replies = reader.records[reply_to]
     try:
-        running = asyncio.create_task(load.run())
+        running = asyncio.create_task(load.run(stop.is_set))
         await until(lambda: len(load.uploads) >= 2, timeout=60)
         await private.stop()
         await until_true(lambda: all_ready(ports, 503), timeout=60)
@@ -181,42 +141,24 @@ async def test_consumers_wait_out_a_database_restart_and_lose_nothing(
         await private.start()
         await until_true(lambda: all_ready(ports, 200), timeout=60)
         await asyncio.sleep(3)  # some load after the restart too
-        load.stop.set()
+        stop.set()
         await running
 
-        def settled() -> bool:
-            answered = {r["correlation_id"] for r in replies}
-            done = {r["correlation_id"] for r in replies if r.get("status") == "ready"}
-            return set(load.builds) | set(load.writes) <= answered and set(load.uploads) <= done
-
-        await until(settled, timeout=240)
+        await until(lambda: load.answered(replies), timeout=240)
         assert [p.process.returncode for p in processes] == [None] * len(CONSUMERS)
     finally:
         await reader.close()
-    by_id: dict[str, list[dict[str, Any]]] = {}
-    for reply in replies:
-        by_id.setdefault(reply["correlation_id"], []).append(reply)
-    briefs = [r for cid in load.builds for r in by_id[cid]]
-    assert {r["status"] for r in briefs} == {"ok"}
-    unavailable = [r for r in briefs if r["brief"]["failed_sources"]]
+    briefs = [r for r in replies if r["correlation_id"] in set(load.builds)]
+    unavailable = [r for r in briefs if r["brief"] and r["brief"]["failed_sources"]]
     print(
         f"database restart: {len(load.builds)} builds ({len(unavailable)} answered with failed"
         f" sources while the database was gone), {len(load.writes)} memory writes,"
         f" {len(load.uploads)} uploads"
     )
-    assert {r["status"] for cid in load.writes for r in by_id[cid]} == {"written"}
     assert not any(reader.records[topic] for topic in letters), "nothing is dead-lettered"
     admin = await asyncpg.connect(private.admin_url)
     try:
-        assert await admin.fetchval("SELECT count(*) FROM memories") == len(load.writes)
-        sources = await admin.fetch(
-            "SELECT s.status, m.chunk_count, m.chunks_stored,"
-            " (SELECT count(*) FROM knowledge_chunks c WHERE c.source_id = s.id) AS stored"
-            " FROM knowledge_sources s JOIN knowledge_source_models m ON m.source_id = s.id"
-        )
-        assert len(sources) == len(load.uploads)
-        assert {r["status"] for r in sources} == {"ready"}
-        assert all(r["chunk_count"] == r["chunks_stored"] == r["stored"] for r in sources)
+        await load.assert_settled_truth(admin, replies)
     finally:
         await admin.close()
     waits = sum("waits for the database" in p.log() for p in processes if p.consumer != "build")

@@ -18,8 +18,7 @@ import asyncpg
 import pytest
 
 from broker.topics import ensure_topics, upload_topics
-from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
-from producers.knowledge import KnowledgeClient, UploadFailed
+from producers.knowledge import UploadFailed
 from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A
@@ -54,12 +53,7 @@ async def test_each_bomb_ends_in_a_status_within_its_limit(
     upload, _ = await asyncio.gather(
         start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
     )
-    async with KnowledgeClient(
-        bootstrap_servers=config.bootstrap,
-        upload_topic=config.topics.upload,
-        reply_topic_prefix=config.topics.reply_prefix,
-        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
-    ) as client:
+    async with config.knowledge_client() as client:
 
         async def upload_object(name: str, media_type: str) -> None:
             await client.upload(

@@ -15,7 +15,6 @@ import asyncpg
 import pytest
 
 from broker.topics import ensure_topics, upload_topics
-from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.knowledge import KnowledgeClient, UploadFailed
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import free_port
@@ -86,12 +85,7 @@ async def uploads(
 
 @pytest.fixture
 async def client(uploads: Config) -> AsyncIterator[KnowledgeClient]:
-    async with KnowledgeClient(
-        bootstrap_servers=uploads.bootstrap,
-        upload_topic=uploads.topics.upload,
-        reply_topic_prefix=uploads.topics.reply_prefix,
-        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
-    ) as client:
+    async with uploads.knowledge_client() as client:
         yield client
 
 
@@ -157,12 +151,7 @@ async def test_a_store_that_never_answers_fails_the_source_on_the_last_attempt(
     )
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     await start_consumer(config, consumer="upload")
-    async with KnowledgeClient(
-        bootstrap_servers=config.bootstrap,
-        upload_topic=config.topics.upload,
-        reply_topic_prefix=config.topics.reply_prefix,
-        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
-    ) as client:
+    async with config.knowledge_client() as client:
         with pytest.raises(UploadFailed, match=r"did not answer.*\(after the last attempt\)"):
             await client.upload(
                 organization_id=ORG_A,
@@ -209,12 +198,7 @@ async def test_named_pipes_neither_block_nor_outlive_the_consumer(
     upload, _ = await asyncio.gather(
         start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
     )
-    async with KnowledgeClient(
-        bootstrap_servers=config.bootstrap,
-        upload_topic=config.topics.upload,
-        reply_topic_prefix=config.topics.reply_prefix,
-        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
-    ) as client:
+    async with config.knowledge_client() as client:
         for attempt in range(6):
             with pytest.raises(UploadFailed, match="names a named pipe, not a regular file"):
                 await client.upload(

@@ -18,7 +18,6 @@ from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from contextcore.storage.tenancy import TenantDatabase
-from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient, UploadFailed, UploadSuperseded
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
@@ -151,12 +150,7 @@ def _shared(encoder: Encoder) -> Any:
 
 @pytest.fixture
 async def client(pipeline: Config) -> AsyncIterator[KnowledgeClient]:
-    async with KnowledgeClient(
-        bootstrap_servers=pipeline.bootstrap,
-        upload_topic=pipeline.topics.upload,
-        reply_topic_prefix=pipeline.topics.reply_prefix,
-        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
-    ) as knowledge:
+    async with pipeline.knowledge_client() as knowledge:
         yield knowledge
 
 
@@ -259,12 +253,7 @@ async def test_an_upload_replaced_while_pending_is_told_superseded_and_the_later
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     await start_consumer(config, consumer="upload")  # no embedding group yet: nothing gets ready
     later_reply, again_reply = config.reply_topic("later"), config.reply_topic("again")
-    async with KnowledgeClient(
-        bootstrap_servers=config.bootstrap,
-        upload_topic=config.topics.upload,
-        reply_topic_prefix=config.topics.reply_prefix,
-        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
-    ) as client:
+    async with config.knowledge_client() as client:
         first = asyncio.create_task(
             client.upload(
                 organization_id=ORG_A,
@@ -347,12 +336,7 @@ async def test_a_brief_cites_the_chunks_of_the_tenant_and_of_the_platform_only(
     """The build consumer embeds the query itself (the light OpenVINO encoder), and the brief
     holds A's chunk and the platform's, never B's."""
     await start_consumer(pipeline.with_("build", preload_encoder=True))
-    async with KnowledgeClient(
-        bootstrap_servers=pipeline.bootstrap,
-        upload_topic=pipeline.topics.upload,
-        reply_topic_prefix=pipeline.topics.reply_prefix,
-        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
-    ) as client:
+    async with pipeline.knowledge_client() as client:
         for organization, text in [
             (ORG_A, "# A\n\n## Refunds\n\nA refunds within 30 days of purchase."),
             (ORG_B, "# B\n\n## Refunds\n\nB refunds within 90 days of purchase."),
