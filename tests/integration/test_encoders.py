@@ -58,7 +58,7 @@ def rss_mb() -> float:
 def test_the_encoder_memory_levels_off_over_inputs_of_every_shape(encoder: Encoder) -> None:
     """Documents come in every length, and OpenVINO keeps kernels per input shape: unbounded,
     900 calls of random shapes grew this process by about 230 MB after the first 300 (and it
-    kept climbing); with the cache bounded (encoder.OPENVINO_CONFIG), by about 35 MB."""
+    kept climbing); with the cache bounded (encoder.OPENVINO_CONFIG), by about 25 MB."""
     rng = random.Random(11)
     words = [
         "refund",
