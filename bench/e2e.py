@@ -34,6 +34,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -144,17 +145,20 @@ def consumers(target: Target, topic: str, count: int) -> Iterator[list[Consumer]
     try:
         for _ in range(count):
             port = free_port()
-            process = subprocess.Popen(
-                [sys.executable, "-m", "consumers.cli", "serve", "build"],
-                cwd=target.code_dir,
-                env=target.environ(topic, group, port),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-            )
-            assert process.stdout is not None
-            line = process.stdout.readline()
-            if not line.startswith(b"build consumer ready"):
-                raise RuntimeError(f"{target.label} consumer did not start: {line!r}")
+            with tempfile.TemporaryFile() as errors:
+                process = subprocess.Popen(
+                    [sys.executable, "-m", "consumers.cli", "serve", "build"],
+                    cwd=target.code_dir,
+                    env=target.environ(topic, group, port),
+                    stdout=subprocess.PIPE,
+                    stderr=errors,
+                )
+                assert process.stdout is not None
+                line = process.stdout.readline()
+                if not line.startswith(b"build consumer ready"):
+                    errors.seek(0)
+                    said = errors.read()[-1500:].decode(errors="replace")
+                    raise RuntimeError(f"{target.label} consumer did not start: {line!r} {said}")
             started.append(Consumer(process, port))
         yield started
     finally:
