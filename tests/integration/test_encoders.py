@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from contextcore.knowledge.encoder import (
     DEFAULT_MODEL,
+    LENGTH_STEP,
     Encoder,
     OpenVinoQueryEncoder,
     SentenceTransformerEncoder,
@@ -46,6 +48,30 @@ def test_batches_cut_by_word_pieces_embed_as_sentence_transformers_does(encoder:
     plain = encoder.sentence_transformer.encode(texts, batch_size=32, normalize_embeddings=True)
     assert ours.shape == plain.shape
     assert (ours * plain).sum(axis=1).min() > 0.9999
+
+
+def test_the_model_runs_at_few_shapes(encoder: Encoder) -> None:
+    """Batches reach the model padded to a length step and at a power-of-two size, whatever the
+    lengths of the texts: a new shape is a kernel compile (encoder.LENGTH_STEP)."""
+    assert isinstance(encoder, SentenceTransformerEncoder)
+    rng = random.Random(3)
+    texts = [" ".join(["refund"] * rng.randint(1, 300)) for _ in range(75)]
+    seen: list[tuple[int, int]] = []
+
+    def record(module: object, args: tuple[dict[str, Any], ...]) -> None:
+        rows, width = args[0]["input_ids"].shape
+        seen.append((int(rows), int(width)))
+
+    handle = encoder.sentence_transformer[0].register_forward_pre_hook(record)
+    try:
+        vectors = encoder.encode(texts)
+    finally:
+        handle.remove()
+    assert sum(rows for rows, _ in seen) == len(vectors) == 75
+    for rows, width in seen:
+        assert rows in (1, 2, 4, 8, 16, 32)
+        assert width % LENGTH_STEP == 0
+        assert width <= encoder.max_seq_length
 
 
 def rss_mb() -> float:
