@@ -514,7 +514,10 @@ def main() -> None:
     targets = [Target("this code", ROOT, seeded.url, legacy=False)]
     if args.baseline is not None:
         url = asyncio.run(baseline_database(args.baseline.resolve(), seeded, "bench_e2e_baseline"))
-        targets.insert(0, Target(f"baseline {args.baseline}", args.baseline.resolve(), url, True))
+        code = args.baseline.resolve()
+        settings = code / "consumers" / "build" / "settings.py"
+        legacy = not settings.exists() or "CONTEXTCORE_BUILD_" not in settings.read_text()
+        targets.insert(0, Target(f"baseline {args.baseline}", code, url, legacy))
     results: list[Figures] = []
     try:
         for target in targets:

@@ -12,6 +12,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from broker.topics import TopicSpec, ensure_topics
+from contextcore.memory.models import Invoker
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
@@ -39,6 +40,27 @@ def request_message(correlation_id: str, reply_to: str, **overrides: Any) -> dic
     }
     message.update(overrides)
     return message
+
+
+def remember_message(
+    correlation_id: str, reply_to: str, principal: Invoker, **memory: Any
+) -> dict[str, Any]:
+    """A memory-write ``remember`` as a foreign producer sends it; ``memory`` overrides its
+    candidate (a user-scoped note whose text is new)."""
+    return {
+        "schema_version": 1,
+        "action": "remember",
+        "correlation_id": correlation_id,
+        "reply_to": reply_to,
+        "idempotency_key": f"k-{correlation_id}",
+        "principal": principal.model_dump(mode="json", exclude_defaults=True),
+        "memory": {
+            "scope": "user",
+            "attribute": "observation.note",
+            "text": f"note {correlation_id}",
+            **memory,
+        },
+    }
 
 
 async def producer(bootstrap: str) -> AIOKafkaProducer:

@@ -12,34 +12,15 @@ from typing import Any
 
 import asyncpg
 
+from contextcore.memory.models import Invoker
 from tests.integration.conftest import Config
-from tests.integration.helpers import producer, request_message
+from tests.integration.helpers import producer, remember_message, request_message
 
 ORG = uuid.UUID("7d000000-0000-4000-8000-0000000000c1")
 DEFINITION = uuid.UUID("7d000000-0000-4000-8000-00000000d001")
 USER = uuid.UUID("7d000000-0000-4000-8000-00000000e001")
+PRINCIPAL = Invoker(organization_id=ORG, definition_id=DEFINITION, user_id=USER)
 POISON = b"\xff poison, not JSON "
-
-
-def remember(correlation_id: str, reply_to: str, chain: int) -> dict[str, Any]:
-    """A write whose text is new: it appends one revision to chain ``chain``."""
-    return {
-        "schema_version": 1,
-        "action": "remember",
-        "correlation_id": correlation_id,
-        "reply_to": reply_to,
-        "idempotency_key": f"k-{correlation_id}",
-        "principal": {
-            "organization_id": str(ORG),
-            "definition_id": str(DEFINITION),
-            "user_id": str(USER),
-        },
-        "memory": {
-            "scope": "user",
-            "attribute": f"observation.load_{chain}",
-            "text": f"revision {correlation_id}",
-        },
-    }
 
 
 def upload(correlation_id: str, reply_to: str) -> dict[str, Any]:
@@ -106,7 +87,15 @@ class MixedLoad:
                     chain = len(self.writes) % self.chains
                     await send.send_and_wait(
                         topics.memory_write,
-                        json.dumps(remember(cid, self.reply_to, chain)).encode(),
+                        json.dumps(
+                            remember_message(
+                                cid,
+                                self.reply_to,
+                                PRINCIPAL,
+                                attribute=f"observation.load_{chain}",
+                                text=f"revision {cid}",
+                            )
+                        ).encode(),
                         key=f"chain-{chain}".encode(),
                     )
                     self.writes.append(cid)

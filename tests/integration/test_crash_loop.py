@@ -27,9 +27,14 @@ from aiokafka import AIOKafkaConsumer
 from broker.topics import dead_letter_topic, ensure_topics, memory_topics, upload_topics
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.crashing import KILL_MARK
-from tests.integration.helpers import assigned_reader, producer, request_message
+from tests.integration.helpers import (
+    assigned_reader,
+    producer,
+    remember_message,
+    request_message,
+)
 from tests.integration.test_memory_consumer import ORG as MEMORY_ORG
-from tests.integration.test_memory_consumer import remember_message
+from tests.integration.test_memory_consumer import PRINCIPAL as MEMORY_PRINCIPAL
 
 pytestmark = pytest.mark.integration
 
@@ -190,8 +195,8 @@ def build_request(correlation_id: str, reply_to: str, poison: bool) -> dict[str,
 
 def memory_write(correlation_id: str, reply_to: str, poison: bool) -> dict[str, Any]:
     if poison:
-        return remember_message(correlation_id, reply_to, text=KILL_MARK.decode())
-    return remember_message(correlation_id, reply_to)
+        return remember_message(correlation_id, reply_to, MEMORY_PRINCIPAL, text=KILL_MARK.decode())
+    return remember_message(correlation_id, reply_to, MEMORY_PRINCIPAL)
 
 
 def upload_message(correlation_id: str, reply_to: str, poison: bool) -> dict[str, Any]:

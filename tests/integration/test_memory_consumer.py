@@ -10,7 +10,6 @@ import signal
 import sys
 import uuid
 from collections import Counter
-from typing import Any
 
 import asyncpg
 import pytest
@@ -21,7 +20,7 @@ from broker.topics import dead_letter_topic, ensure_topics, memory_topics
 from contextcore.memory.models import Invoker, MemoryCandidate
 from producers.memory import MemoryClient
 from tests.integration.conftest import Config, StartConsumer
-from tests.integration.helpers import Librdkafka, read_json
+from tests.integration.helpers import Librdkafka, read_json, remember_message
 from tests.integration.test_poison_records import json_values, text_of
 
 pytestmark = pytest.mark.integration
@@ -46,27 +45,6 @@ def client(config: Config) -> MemoryClient:
         reply_topic_prefix=config.topics.reply_prefix,
         fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
     )
-
-
-def remember_message(correlation_id: str, reply_to: str, **memory: Any) -> dict[str, Any]:
-    return {
-        "schema_version": 1,
-        "action": "remember",
-        "correlation_id": correlation_id,
-        "reply_to": reply_to,
-        "idempotency_key": f"k-{correlation_id}",
-        "principal": {
-            "organization_id": str(ORG),
-            "definition_id": str(DEFINITION),
-            "user_id": str(USER),
-        },
-        "memory": {
-            "scope": "user",
-            "attribute": "observation.note",
-            "text": f"note {correlation_id}",
-            **memory,
-        },
-    }
 
 
 async def test_the_client_remembers_and_forgets_through_the_consumer(
@@ -96,7 +74,9 @@ async def test_a_model_supplied_subject_key_is_invalid_input_never_ignored(
     reply_to = ready.reply_topic("memory-strict")
     kafka = await asyncio.to_thread(Librdkafka, ready.bootstrap, reply_to)
     try:
-        forged = remember_message("forged", reply_to, subject_key="crm.company:x:lifecycle_stage")
+        forged = remember_message(
+            "forged", reply_to, PRINCIPAL, subject_key="crm.company:x:lifecycle_stage"
+        )
         await asyncio.to_thread(
             kafka.send, ready.topics.memory_write, json.dumps(forged).encode(), str(ORG).encode()
         )
@@ -104,6 +84,7 @@ async def test_a_model_supplied_subject_key_is_invalid_input_never_ignored(
         two = remember_message(
             "two-refs",
             reply_to,
+            PRINCIPAL,
             subject_refs=[{"kind": "crm.company", "id": "a"}, {"kind": "crm.company", "id": "b"}],
         )
         await asyncio.to_thread(
@@ -166,7 +147,9 @@ async def test_a_consumer_killed_mid_stream_loses_no_write_and_applies_none_twic
     total = 300
     try:
         for i in range(total):
-            message = remember_message(f"w{i}", reply_to, attribute=f"observation.fact_{i}")
+            message = remember_message(
+                f"w{i}", reply_to, PRINCIPAL, attribute=f"observation.fact_{i}"
+            )
             await asyncio.to_thread(
                 kafka.send,
                 ready.topics.memory_write,
@@ -218,7 +201,7 @@ def poison_write(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
         return draw(st.binary(min_size=1, max_size=2_000))
     if kind == "oversize":
         return draw(st.sampled_from([b"{", b"[", b"\xff"])) * draw(st.integers(300_000, 990_000))
-    message = remember_message(correlation_id, reply_to)
+    message = remember_message(correlation_id, reply_to, PRINCIPAL)
     if kind == "ref":  # a ref the model makes up: blank, colons, NUL, surrogates, numbers
         part = st.text(alphabet=st.sampled_from([" ", "\t", "\u00a0", ":", "\x00", "a", "\ud800"]))
         message["memory"]["subject_refs"] = [
@@ -268,7 +251,7 @@ async def test_fuzzed_memory_writes_never_stall_a_partition_and_each_one_is_sett
         sent[correlation_id] = kafka.send(ready.topics.memory_write, value, key)
         after = f"after-{correlation_id}"
         valid = json.dumps(
-            remember_message(after, reply_to, attribute=f"observation.after_{len(sent)}")
+            remember_message(after, reply_to, PRINCIPAL, attribute=f"observation.after_{len(sent)}")
         ).encode()
         kafka.send(ready.topics.memory_write, valid, key)
         assert kafka.reply(after)["status"] == "written"
