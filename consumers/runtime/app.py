@@ -283,8 +283,9 @@ class ConsumerApp:
             timeout_s=self.database.connect_timeout_s,
             min_size=1,
             max_size=2,
+            session_role=self.database.role,
         )
-        self.journal = PostgresJournal(pool, group=self.settings.group_id, role=self.database.role)
+        self.journal = PostgresJournal(pool, group=self.settings.group_id)
         probe = asyncio.create_task(_probe(self.journal), name=f"{self.name}-database-probe")
         try:
             yield self.journal

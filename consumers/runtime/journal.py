@@ -18,14 +18,15 @@ start here (migration 00016), keyed by group, topic, partition and offset:
 The journal fails open: when PostgreSQL does not answer within ``timeout_s``, the record starts
 uncounted (``available`` turns false, so ``/readyz`` says not ready); a build must not stop
 because the bookkeeping of crashes is down. Starts of the records that begin together are
-written in one statement; rows below a committed position are deleted with the commit.
+written in one statement; rows below a committed position are deleted with the commit. Its pool's
+connections are the service role for their whole session (``create_pool(session_role=...)``), so
+each of these statements is one round trip: the start is on every record's path.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -38,8 +39,6 @@ from consumers.runtime.tracker import TopicPartition
 from contextcore.storage.tenancy import SERVICE_ROLE, service_role
 
 log = logging.getLogger("contextcore.journal")
-
-_ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,24 +131,14 @@ async def prune(
 
 class PostgresJournal:
     """The journal in ``delivery_starts``, through a small pool of its own (so a handler that
-    holds every connection of its pool never delays a start)."""
+    holds every connection of its pool never delays a start), opened with
+    ``create_pool(session_role=<the service role>)``."""
 
-    def __init__(
-        self,
-        pool: asyncpg.Pool,
-        *,
-        group: str,
-        role: str = SERVICE_ROLE,
-        timeout_s: float = 2.0,
-    ) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, group: str, timeout_s: float = 2.0) -> None:
         self.pool = pool
         self.group = group
-        self.role = role
         self.timeout_s = timeout_s
         self.available = True
-        if not _ROLE_NAME.fullmatch(role):
-            raise ValueError(f"not a plain role name: {role!r}")
-        self._enter = f"BEGIN; SELECT set_config('role', '{role}', true)"
         self._queued: dict[Position, asyncio.Future[Prior]] = {}
         self._flush: asyncio.Task[None] | None = None
 
@@ -220,19 +209,16 @@ class PostgresJournal:
         return self.available
 
     async def _run(self, sql: str, *args: object) -> list[asyncpg.Record]:
-        """The rows of one statement run as the service role; none, and ``available`` false,
+        """The rows of one statement (its own transaction); none, and ``available`` false,
         when the database does not answer in time: the journal fails open."""
         try:
             async with asyncio.timeout(self.timeout_s), self.pool.acquire() as conn:
-                # one round trip in, one out (as the tenancy layer's scopes)
-                await conn.execute(self._enter)
                 try:
                     rows: list[asyncpg.Record] = await conn.fetch(sql, *args)
                 except BaseException:
                     if not conn.is_closed():
                         conn.terminate()  # whatever state it is in, it is not reused
                     raise
-                await conn.execute("COMMIT")
         except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as error:
             if self.available:
                 log.warning("the start journal is unavailable: %s", type(error).__name__)

@@ -46,12 +46,32 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 async def create_pool(
-    url: str, *, timeout_s: float = 5.0, min_size: int = 1, max_size: int = 10
+    url: str,
+    *,
+    timeout_s: float = 5.0,
+    min_size: int = 1,
+    max_size: int = 10,
+    session_role: str | None = None,
 ) -> asyncpg.Pool:
-    """A pool whose first connections are open, or :class:`InfrastructureUnavailable`."""
+    """A pool whose first connections are open, or :class:`InfrastructureUnavailable`.
+
+    ``session_role``: each connection becomes that role once, for its whole session, so a
+    statement needs no transaction around it to run as the role. Only for a pool whose every
+    statement runs as that role, holding no tenant data (the start journal's): tenant scopes
+    set their role per transaction (:mod:`~contextcore.storage.tenancy`).
+    """
+
+    async def become(conn: asyncpg.Connection) -> None:
+        await conn.execute("SELECT set_config('role', $1, false)", session_role)
+
     try:
         pool = await asyncpg.create_pool(
-            url, min_size=min_size, max_size=max_size, timeout=timeout_s, reset=_keep_session
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout_s,
+            reset=_keep_session,
+            init=become if session_role is not None else None,
         )
     except (TimeoutError, OSError, asyncpg.PostgresError, ValueError) as error:
         raise _unreachable(url, error) from error

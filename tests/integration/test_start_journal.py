@@ -14,6 +14,8 @@ from consumers.runtime.journal import PostgresJournal, Prior
 from consumers.runtime.records import Position
 from consumers.sweep.app import Sweeper, SweepSettings
 from contextcore.settings import DatabaseSettings
+from contextcore.storage.pool import create_pool
+from contextcore.storage.tenancy import SERVICE_ROLE
 from tests.integration.conftest import Database
 from tests.integration.helpers import free_port
 
@@ -22,8 +24,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 async def pool(database: Database) -> AsyncIterator[asyncpg.Pool]:
-    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=2)
-    assert pool is not None
+    """The runtime's journal pool: the runtime login, the service role for each session."""
+    pool = await create_pool(database.url, min_size=1, max_size=2, session_role=SERVICE_ROLE)
     yield pool
     await pool.close()
 
@@ -52,6 +54,21 @@ async def test_starts_are_counted_across_processes_and_forgotten_once_committed(
         'SELECT consumer_group, "offset" FROM delivery_starts ORDER BY consumer_group, "offset"'
     )
     assert [tuple(r) for r in rows] == [("g", 9), ("h", 7)]
+
+
+async def test_a_journal_on_a_pool_without_the_service_role_counts_nothing(
+    database: Database, admin: asyncpg.Connection
+) -> None:
+    """The runtime login itself may not write the journal (it owns nothing, holds no grant):
+    the pool's session role is what lets a start be one statement."""
+    pool = await create_pool(database.url, min_size=1, max_size=1)
+    try:
+        journal = PostgresJournal(pool, group="g", timeout_s=5.0)
+        assert await journal.started(at(1)) == Prior()
+        assert not journal.available  # failed open, and said so
+    finally:
+        await pool.close()
+    assert await admin.fetchval("SELECT count(*) FROM delivery_starts") == 0
 
 
 async def test_concurrent_starts_share_one_statement_and_each_is_counted(
