@@ -32,6 +32,27 @@ from contextcore.knowledge.batching import Shapes, least_padding
 
 log = logging.getLogger("contextcore.knowledge")
 
+
+class _MisleadingLines(logging.Filter):
+    """Drops two warnings that say nothing true here. On every load of a local model in offline
+    mode, optimum looks for the export in the Hub's cache (``cache_dir`` None), fails, and keeps
+    the ``export`` we pass: every consumer start printed it. After an export, sentence-transformers
+    advises saving it, which :func:`_exported` does."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        return not message.startswith(
+            ("Could not infer whether the model was already", "Saving the exported")
+        )
+
+
+for _name in (
+    "optimum.intel.openvino.modeling_base",
+    "optimum.onnxruntime.modeling",
+    "sentence_transformers.backend.utils",
+):
+    logging.getLogger(_name).addFilter(_MisleadingLines())
+
 Backend = Literal["openvino", "onnx", "torch"]
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 CALL_COST_TOKENS = 64

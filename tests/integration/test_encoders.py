@@ -3,6 +3,7 @@ no torch), and the full one, which cuts its own batches by word pieces."""
 
 from __future__ import annotations
 
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -72,6 +73,21 @@ def test_the_model_runs_at_few_shapes(encoder: Encoder) -> None:
         assert rows in (1, 2, 4, 8, 16, 32)
         assert width % LENGTH_STEP == 0
         assert width <= encoder.max_seq_length
+
+
+def test_loading_the_encoder_says_nothing(
+    model_cache: Path, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A consumer's start says it is ready and nothing else: no warning from the libraries on
+    loading the exported model (optimum's cache probe printed two lines on every start)."""
+    settings = KnowledgeSettings.model_construct(cache_dir=model_cache)
+    settings.load_encoder()  # the export, if no test made it yet
+    capfd.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        settings.load_encoder()
+    assert [r.getMessage() for r in caplog.records] == []
+    assert capfd.readouterr().err == ""
 
 
 def rss_mb() -> float:
