@@ -446,6 +446,10 @@ class DevStack:
         if user is not None:
             shutil.chown(self.pg_data.parent, user)
             shutil.chown(self.pg_socket_dir, user)
+        # A server killed a moment ago may still be dying: its postmaster not yet exited, its
+        # backends still attached to its shared memory (a new server refuses both). Its
+        # processes work in the data directory; wait until none runs there.
+        _wait_for_no_process_in(self.pg_data, self.settings.start_timeout_s)
         # A killed server leaves lock files naming its PID. Where init does not reap orphans
         # (this VM's does not), that PID stays a zombie and PostgreSQL takes it for a live
         # server and refuses to start. A lock whose process is gone or a zombie holds nothing.
@@ -497,8 +501,13 @@ class DevStack:
                 " -c shared_buffers=512MB",
             )
         except subprocess.CalledProcessError as error:
+            try:  # the log's end says why; a test's stack is gone with its log
+                said = self.pg_log.read_text(errors="replace")[-1_500:]
+            except OSError:
+                said = ""
             raise InfrastructureUnavailable(
-                f"PostgreSQL did not start: {error.stderr.strip() or error}; see {self.pg_log}"
+                f"PostgreSQL did not start: {error.stderr.strip() or error}; {self.pg_log} ends:"
+                f"\n{said}"
             ) from error
         return True
 
@@ -624,6 +633,27 @@ def _process_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[-1].split()[0] != "Z"
+
+
+def _wait_for_no_process_in(directory: Path, timeout_s: float) -> None:
+    """Wait, at most ``timeout_s``, until no running process has ``directory`` as its working
+    directory (the processes we may not inspect are not counted)."""
+    target = directory.resolve()
+
+    def working_there() -> bool:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if Path(os.readlink(entry / "cwd")) == target and _process_alive(int(entry.name)):
+                    return True
+            except OSError:
+                continue
+        return False
+
+    deadline = time.monotonic() + timeout_s
+    while working_there() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def _stale_lock(lock: Path) -> bool:
