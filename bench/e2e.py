@@ -46,6 +46,7 @@ from pathlib import Path
 
 import asyncpg
 
+from bench.processes import peak_rss_mb
 from bench.seeded import POLICY, TYPICAL_POLICY, Org, Seeded, drop, prepare, request_for, seed
 from broker.topics import TopicSpec, ensure_topics
 from contextcore.storage.pool import with_database
@@ -93,8 +94,7 @@ class Consumer:
     port: int
 
     def peak_rss_mb(self) -> float:
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 1024  # type: ignore[union-attr]
+        return peak_rss_mb(self.process.pid)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:

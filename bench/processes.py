@@ -32,12 +32,21 @@ def start_consumer(
     return process
 
 
+def status_mb(pid: int, key: str) -> float | None:
+    """A ``/proc/<pid>/status`` figure in MB (``VmRSS``, ``VmHWM``); ``None`` once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
 def peak_rss_mb(pid: int) -> float:
     """The process's high-water resident set (VmHWM), in MB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    peak = status_mb(pid, "VmHWM")
+    return float("nan") if peak is None else peak
 
 
 def _stat(pid: int) -> list[str] | None:

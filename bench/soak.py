@@ -67,7 +67,7 @@ from typing import Any, Generic, TypeVar
 import asyncpg
 
 from bench.e2e import free_port
-from bench.processes import machine_busy_seconds, start_consumer, tree_cpu_seconds
+from bench.processes import machine_busy_seconds, start_consumer, status_mb, tree_cpu_seconds
 from bench.quality import CACHE
 from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, request_for
 from broker.settings import TopicSettings
@@ -434,17 +434,6 @@ class Uploads:
 
 
 # ---------------------------------------------------------------------------- the processes
-
-
-def status_mb(pid: int, key: str) -> float | None:
-    """A ``/proc/<pid>/status`` figure in MB (``VmRSS``, ``VmHWM``); ``None`` once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(f"{key}:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return None
 
 
 def worker_pids(parent: int) -> list[int]:

@@ -7,6 +7,7 @@ import json
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -61,6 +62,14 @@ def remember_message(
             **memory,
         },
     }
+
+
+def status_mb(pid: int | str, key: str) -> float:
+    """A ``/proc/<pid>/status`` figure in MB (``VmRSS``, ``VmHWM``); ``pid`` may be ``"self"``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(f"{key}:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no {key} for process {pid}")
 
 
 async def producer(bootstrap: str) -> AIOKafkaProducer:

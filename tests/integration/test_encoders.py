@@ -19,6 +19,7 @@ from contextcore.knowledge.encoder import (
     SentenceTransformerEncoder,
 )
 from contextcore.knowledge.settings import KnowledgeSettings
+from tests.integration.helpers import status_mb
 
 pytestmark = pytest.mark.integration
 
@@ -90,13 +91,6 @@ def test_loading_the_encoder_says_nothing(
     assert capfd.readouterr().err == ""
 
 
-def rss_mb() -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_the_encoder_memory_levels_off_over_inputs_of_every_shape(encoder: Encoder) -> None:
     """Documents come in every length, and OpenVINO keeps kernels per input shape: unbounded,
     900 calls of random shapes grew this process by about 230 MB after the first 300 (and it
@@ -122,6 +116,6 @@ def test_the_encoder_memory_levels_off_over_inputs_of_every_shape(encoder: Encod
             )
 
     calls(300)
-    warm = rss_mb()
+    warm = status_mb("self", "VmRSS")
     calls(600)
-    assert rss_mb() - warm < 100
+    assert status_mb("self", "VmRSS") - warm < 100

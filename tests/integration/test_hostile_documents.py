@@ -21,16 +21,10 @@ from broker.topics import ensure_topics, upload_topics
 from producers.knowledge import UploadFailed
 from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
 from tests.integration.conftest import Config, StartConsumer
+from tests.integration.helpers import status_mb
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A
 
 pytestmark = pytest.mark.integration
-
-
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise AssertionError("no VmHWM")
 
 
 @pytest.mark.timeout(300)
@@ -90,7 +84,9 @@ async def test_each_bomb_ends_in_a_status_within_its_limit(
         )
     assert (nested.status, shared.status, guide.status) == ("ready", "ready", "ready")
     assert upload.process.returncode is None
-    assert peak_rss_mb(upload.process.pid) < 300, "the consumer itself held a document's parse"
+    assert status_mb(upload.process.pid, "VmHWM") < 300, (
+        "the consumer itself held a document's parse"
+    )
     failed = await admin.fetch(
         "SELECT title, status_reason FROM knowledge_sources WHERE status = 'failed' ORDER BY title"
     )
