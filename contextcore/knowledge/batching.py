@@ -20,6 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
+def padded(longest: int, step: int, max_length: int) -> int:
+    """``longest`` rounded up to a multiple of ``step``, at most ``max_length``."""
+    return min(max_length, -(-longest // step) * step)
+
+
 @dataclass(frozen=True)
 class Shapes:
     """The shapes a model is called at: ``sizes`` texts per batch (1 among them), and a length
@@ -52,7 +57,7 @@ class Shapes:
 
     def length(self, longest: int) -> int:
         """The length a batch whose longest text has ``longest`` word pieces runs at."""
-        return min(self.max_length, -(-longest // self.step) * self.step)
+        return padded(longest, self.step, self.max_length)
 
     @property
     def count(self) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from contextcore.errors import ConfigurationError
-from contextcore.knowledge.batching import Shapes, least_padding
+from contextcore.knowledge.batching import Shapes, least_padding, padded
 
 log = logging.getLogger("contextcore.knowledge")
 
@@ -253,8 +253,7 @@ class OpenVinoQueryEncoder:
             return []
         encodings = self._tokenizer.encode_batch(list(texts))
         # at a length in steps (LENGTH_STEP): queries of every length reuse a few kernels
-        longest = max(len(e.ids) for e in encodings)
-        width = min(self._max_tokens, -(-longest // LENGTH_STEP) * LENGTH_STEP)
+        width = padded(max(len(e.ids) for e in encodings), LENGTH_STEP, self._max_tokens)
         ids = np.zeros((len(encodings), width), dtype=np.int64)
         mask = np.zeros_like(ids)
         for row, encoding in enumerate(encodings):
