@@ -3,10 +3,10 @@
     python -m bench.ingest [--documents 60] [--backend openvino]
 
 Uploads real documentation (git's HTML manual pages, package ``git-doc``, fetched by
-``bench.quality``) through the upload topic to a running upload consumer and embedding consumer
+``bench.corpora``) through the upload topic to a running upload consumer and embedding consumer
 (their own processes, on the embedded stack), timing from the first upload published to the
 last ``ready`` reply. Then, with the consumers stopped, the bench process encodes the very
-chunks the pipeline stored (section and text, as the embedding group embeds them), all of them
+chunks the pipeline stored (their text, as the embedding group embeds them), all of them
 in one call, on the configured backend and on torch fp32 (the encoder LangChain's and
 LlamaIndex's sentence-transformers integrations use): once with sentence-transformers alone, as
 a user would, and once through our encoder, whose batches cut by word pieces make it the fastest
@@ -32,13 +32,13 @@ from collections.abc import Callable
 
 import asyncpg
 
+from bench.corpora import CACHE, fetch
 from bench.processes import (
     machine_busy_seconds,
     peak_rss_mb,
     start_consumer,
     tree_cpu_seconds,
 )
-from bench.quality import CACHE, fetch
 from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, upload_topics
@@ -156,9 +156,9 @@ async def main() -> None:
         for process in (upload, embed):
             process.send_signal(signal.SIGTERM)
             process.wait(60)
-    rows = await admin.fetch("SELECT section, text FROM knowledge_chunks ORDER BY id")
+    rows = await admin.fetch("SELECT text FROM knowledge_chunks ORDER BY id")
     await admin.close()
-    texts = [f"{r['section']}\n{r['text']}" if r["section"] else r["text"] for r in rows]
+    texts = [r["text"] for r in rows]
     ready = sum(1 for s in final.values() if s == "ready")
     print(
         f"pipeline: {ready}/{len(docs)} ready, {len(texts)} chunks in {elapsed:.1f} s: "

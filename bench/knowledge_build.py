@@ -22,8 +22,8 @@ import uuid
 import asyncpg
 import numpy as np
 
+from bench.corpora import CACHE, tuning
 from bench.processes import peak_rss_mb, start_consumer
-from bench.quality import CACHE, sets
 from bench.search import base_vectors, seed
 from bench.seeded import drop, prepare
 from broker.settings import KafkaSettings, TopicSettings
@@ -58,7 +58,7 @@ async def main() -> None:
         DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
     )
     base = base_vectors(encoder)
-    questions = [qa.question for faq in sets() for qa in faq.qas]
+    questions = [q.text for q in tuning().questions]
     del encoder
     name = "bench_knowledge_build"
     seeded = await prepare(name, 0)

@@ -7,7 +7,7 @@ sizes (s = 1.1: the largest holds ~19% of the rows, the smallest ~100). Vectors 
 embeddings made dense: 4,000 passages of git's documentation (``git-doc``) are encoded by the
 default model once (cached), and each row is one of them plus a little Gaussian noise,
 re-normalised, so the rows keep the real embedding space's shape without 100,000 encodes.
-Queries are real questions (the FAQ sets of ``bench.quality``) embedded by the same model.
+Queries are real questions (the tuning set of ``bench.corpora``) embedded by the same model.
 
 The plan is production's: tenants at or above ``--threshold`` chunks (``contextcore-knowledge
 index``'s default, 2,000) get their partial HNSW index; the rest are searched exactly. Each
@@ -26,7 +26,7 @@ import uuid
 import asyncpg
 import numpy as np
 
-from bench.quality import CACHE, fetch, sets
+from bench.corpora import CACHE, fetch, tuning
 from bench.seeded import drop, prepare
 from contextcore.knowledge import indexes, store
 from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
@@ -92,6 +92,12 @@ async def seed(admin: asyncpg.Connection, organization: uuid.UUID, vectors: np.n
         )
 
 
+def search_args(query: np.ndarray, ef_search: int) -> tuple[object, ...]:
+    """knowledge_search's arguments for the vector path: the ten nearest chunks, no text."""
+    vector = store.vector_text(query.tolist())
+    return (DEFAULT_MODEL, vector, "", False, True, 10, None, 40, 0.0, 0.0, ef_search)
+
+
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
@@ -109,7 +115,7 @@ async def main() -> None:
         DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
     )
     base = base_vectors(encoder)
-    questions = [qa.question for faq in sets() for qa in faq.qas]
+    questions = [q.text for q in tuning().questions]
     queries = np.asarray(encoder.encode(questions), dtype=np.float32)[: args.queries]
     rng = np.random.default_rng(8)
     counts = sizes(args.chunks, args.organizations)
@@ -160,27 +166,14 @@ async def main() -> None:
                     continue
                 for i, query in enumerate(queries):  # warm: first reads come from the disk
                     async with db.scoped(members[i % len(members)][0]) as tenant:
-                        await tenant.fetch(
-                            SEARCH,
-                            store.vector_text(query.tolist()),
-                            "",
-                            False,
-                            True,
-                            10,
-                            40,
-                            0.2,
-                            args.ef_search,
-                        )
+                        await tenant.fetch(SEARCH, *search_args(query, args.ef_search))
                 latencies: list[float] = []
                 found = 0
                 for i, query in enumerate(queries):
                     organization, rows = members[i % len(members)]
-                    text = store.vector_text(query.tolist())
                     begun = time.perf_counter()
                     async with db.scoped(organization) as tenant:
-                        hits = await tenant.fetch(
-                            SEARCH, text, "", False, True, 10, 40, 0.2, args.ef_search
-                        )
+                        hits = await tenant.fetch(SEARCH, *search_args(query, args.ef_search))
                     latencies.append((time.perf_counter() - begun) * 1000)
                     exact = set(np.argsort(-(rows @ query))[:10].tolist())
                     found += len(exact & {h["ordinal"] for h in hits})

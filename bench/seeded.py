@@ -206,6 +206,11 @@ class Seeded:
     def admin_url(self) -> str:
         return with_database(self.stack.admin_url, self.name)
 
+    @property
+    def owner_url(self) -> str:
+        """The schema owner on the bench database (what builds a tenant's index)."""
+        return with_database(self.stack.owner_url, self.name)
+
 
 async def prepare(name: str, organizations: int) -> Seeded:
     """A fresh, migrated, seeded database ``name`` on the embedded stack."""

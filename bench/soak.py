@@ -66,9 +66,9 @@ from typing import Any, Generic, TypeVar
 
 import asyncpg
 
+from bench.corpora import CACHE
 from bench.e2e import free_port
 from bench.processes import machine_busy_seconds, start_consumer, status_mb, tree_cpu_seconds
-from bench.quality import CACHE
 from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, request_for
 from broker.settings import TopicSettings
 from broker.topics import all_topics, delete_topics, ensure_topics

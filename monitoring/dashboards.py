@@ -305,6 +305,14 @@ INGESTION = Board(
                 width=4,
             ),
             Panel(
+                "Tenants without their index",
+                "short",
+                (q("max(contextcore_knowledge_tenants_without_index)"),),
+                description="Tenants past the index threshold still searched by an exact scan.",
+                stat=True,
+                width=4,
+            ),
+            Panel(
                 "Sources failed by the sweep (1h)",
                 "short",
                 (q("sum(increase(contextcore_knowledge_sources_swept_total[1h]))"),),

@@ -1,6 +1,10 @@
 """``contextcore-knowledge``: the knowledge base's admin commands. Each that changes data is a dry
 run unless given ``--apply`` (it prints what it would do).
 
+    documents            (scope) [--status S] [--limit N]   documents, newest first: status,
+                         [--deleted]                        chunks, model, size, uploaded at
+    delete (SOURCE | --uri URI) (scope) [--by NAME]         delete a document (and its chunks)
+                         [--apply]
     failed               (--organization ID | --platform)   failed sources, with the reasons
     retry SOURCE         (--organization ID | --platform)   ingest a failed source again from its
                          [--apply] [--wait]                 stored text
@@ -8,7 +12,8 @@ run unless given ``--apply`` (it prints what it would do).
     switch status        (scope)                            step 2: what is not ready under it yet
     switch flip          (scope) [--apply]                  step 3: make it the live model
     switch clean         (scope) [--apply]                  step 4: delete the other models' rows
-    index [--min-chunks N] [--apply]                        per-tenant HNSW indexes (as the owner)
+    index [--min-chunks N] [--apply] [--every SECONDS]      per-tenant HNSW indexes (as the owner);
+                                                            --every: a pass every SECONDS, the job
 
 Data commands use the runtime login (``CONTEXTCORE_DATABASE_URL``) in the named scope, so row
 security applies to them as to the services; ``retry`` and ``switch prepare`` ask the upload
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import signal
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -35,6 +42,7 @@ from contextcore.knowledge import admin, indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import PLATFORM, Scope, TenantConnection, TenantDatabase
+from producers.documents import DocumentsClient
 from producers.knowledge import KnowledgeClient
 
 
@@ -57,6 +65,59 @@ async def _scope(scope: Scope) -> AsyncIterator[TenantConnection]:
 
 def _client() -> KnowledgeClient:
     return KnowledgeClient.from_settings(KafkaSettings(), TopicSettings())
+
+
+def _size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / 1024 / 1024:.1f} MB"
+
+
+async def _documents(scope: Scope, status: str | None, limit: int, deleted: bool) -> int:
+    async with DocumentsClient.connect() as documents:
+        if deleted:
+            for gone in await documents.deletions(scope, limit=limit):
+                by = f" for {gone.requested_by}" if gone.requested_by else ""
+                print(
+                    f"{gone.source_id}  deleted {gone.deleted_at:%Y-%m-%d %H:%M} by"
+                    f" {gone.login}{by}  {gone.chunks} chunk(s)  {gone.title}  [{gone.identity}]"
+                )
+            return 0
+        rows = await documents.documents(scope, limit=limit, status=status)
+    for row in rows:
+        chunks = "-" if row.chunks is None else str(row.chunks)
+        print(
+            f"{row.id}  {row.status:7}  {chunks:>6} chunk(s)  {_size(row.size_bytes):>9}"
+            f"  {row.uploaded_at:%Y-%m-%d %H:%M}  {row.title}  [{row.identity}]"
+        )
+    model = rows[0].model if rows else "-"
+    print(f"{len(rows)} document(s); chunks counted under the live model {model}")
+    return 0
+
+
+async def _delete(
+    scope: Scope, source_id: UUID | None, uri: str | None, by: str | None, apply: bool
+) -> int:
+    async with _scope(scope) as tenant:
+        if uri is not None:
+            source_id = await admin.find_document(tenant, uri)
+        state = None if source_id is None else await store.source(tenant, source_id)
+    if state is None or source_id is None:
+        raise Refused(f"no document {source_id or uri} in this scope")
+    print(f"{source_id}  {state.title}: {state.status}, generation {state.generation}")
+    if not apply:
+        print("dry run: --apply deletes it, its chunks leave search at once")
+        return 0
+    async with DocumentsClient.connect() as documents:
+        gone = await documents.delete(scope, source_id, requested_by=by)
+    if gone is None:
+        raise Refused(f"{source_id} was deleted meanwhile")
+    print(f"deleted {gone.title} and its {gone.chunks} chunk(s) at {gone.deleted_at:%H:%M:%S}")
+    return 0
 
 
 async def _failed(scope: Scope) -> int:
@@ -104,6 +165,8 @@ async def _prepare(scope: Scope, model: str, dimensions: int, apply: bool) -> in
     owner = await connect(settings.require_owner_url(), timeout_s=settings.connect_timeout_s)
     try:
         await admin.register_model(owner, model, dimensions)
+        # the platform's switch moves the organizations that follow it: their sources too
+        followers = [] if isinstance(scope, UUID) else await admin.followers_to_embed(owner, model)
     except ValueError as error:
         raise Refused(str(error)) from error
     finally:
@@ -114,7 +177,12 @@ async def _prepare(scope: Scope, model: str, dimensions: int, apply: bool) -> in
     async with _client() as client:
         for source in todo:
             await client.reingest(organization_id=organization, source_id=source.id, models=[model])
-    print(f"asked for {len(todo)} source(s); follow with: contextcore-knowledge switch status")
+        for follower, source_id in followers:
+            await client.reingest(organization_id=follower, source_id=source_id, models=[model])
+    print(
+        f"asked for {len(todo) + len(followers)} source(s); follow with:"
+        " contextcore-knowledge switch status"
+    )
     return 0
 
 
@@ -125,11 +193,14 @@ async def _status(scope: Scope) -> int:
             print(f"live model {live}; no switch in progress")
             return 0
         sources = await admin.sources_under(tenant, switching)
+        following = await admin.followers_not_ready(tenant, switching)
     waiting = [s for s in sources if not s.ready and s.status != "failed"]
     for source in waiting:
         print(f"{source.id}  {source.title}: {source.progress}")
     print(f"live {live}, next {switching}: {len(sources) - len(waiting)} of {len(sources)} ready")
-    return 0 if not waiting else 1
+    if following:
+        print(f"and {following} source(s) of organizations that follow the platform: not ready")
+    return 0 if not waiting and not following else 1
 
 
 async def _flip(scope: Scope, apply: bool) -> int:
@@ -144,6 +215,12 @@ async def _flip(scope: Scope, apply: bool) -> int:
         ]
         if waiting:
             raise Refused(f"{len(waiting)} source(s) are not ready under {switching} yet")
+        following = await admin.followers_not_ready(tenant, switching)
+        if following:
+            raise Refused(
+                f"{following} source(s) of organizations that follow the platform's model are"
+                f" not ready under {switching} yet"
+            )
         if not apply:
             print(f"dry run: --apply makes {switching} the live model instead of {live}")
             return 0
@@ -173,25 +250,58 @@ async def _clean(scope: Scope, apply: bool) -> int:
     return 0
 
 
-async def _index(min_chunks: int, apply: bool) -> int:
+async def _index(min_chunks: int, apply: bool, every: float | None) -> int:
     settings = DatabaseSettings()
+    if every is not None:
+        if not apply:
+            raise Refused("--every builds indexes: give --apply too")
+        return await _index_forever(settings, min_chunks, every)
     conn = await asyncpg.connect(settings.require_owner_url(), timeout=settings.connect_timeout_s)
     try:
-        sizes = await indexes.tenant_sizes(conn)
-        for size in sizes:
+        for size in await indexes.tenant_sizes(conn):
             tenant = size.organization_id or "platform"
             wanted = size.chunks >= min_chunks
             mark = "indexed" if size.indexed else ("to index" if wanted else "exact")
             print(f"{tenant}  {size.model}  {size.chunks} chunks  {mark}")
-            if wanted and not size.indexed and apply:
-                await conn.execute(
-                    indexes.create_sql(size.organization_id, size.model, size.dimensions)
-                )
-                print(f"    built {size.index}")
+        if apply:
+            for size in await indexes.build_missing(conn, min_chunks):
+                print(f"    built {size.index} ({size.organization_id or 'platform'})")
     finally:
         await conn.close()
     if not apply:
         print(f"dry run: --apply builds an HNSW index for each tenant of {min_chunks}+ chunks")
+    return 0
+
+
+async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: float) -> int:
+    """The indexer job: a pass every ``every`` seconds until SIGTERM or SIGINT; a pass that
+    fails (the database restarting, say) is logged and the next one tries again."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    print(f"indexing tenants of {min_chunks}+ chunks every {every:g} s", flush=True)
+    while not stop.is_set():
+        try:
+            conn = await asyncpg.connect(
+                settings.require_owner_url(), timeout=settings.connect_timeout_s
+            )
+            try:
+                for size in await indexes.build_missing(conn, min_chunks):
+                    print(
+                        f"built {size.index} ({size.organization_id or 'platform'},"
+                        f" {size.chunks} chunks)",
+                        flush=True,
+                    )
+            finally:
+                await conn.close()
+        except (OSError, asyncpg.PostgresError) as error:
+            print(
+                f"index pass failed ({type(error).__name__}: {error}); next in {every:g} s",
+                flush=True,
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), every)
     return 0
 
 
@@ -213,6 +323,16 @@ def main(argv: list[str] | None = None) -> int:
         group.add_argument("--platform", action="store_true")
         return command
 
+    documents = scoped(commands.add_parser("documents", help="the scope's documents"))
+    documents.add_argument("--status", choices=("pending", "ready", "failed"))
+    documents.add_argument("--limit", type=int, default=100)
+    documents.add_argument("--deleted", action="store_true", help="the deleted ones instead")
+    delete = scoped(commands.add_parser("delete", help="delete a document and its chunks"))
+    named = delete.add_mutually_exclusive_group(required=True)
+    named.add_argument("source", type=UUID, nargs="?")
+    named.add_argument("--uri", help="the document's uri or object key")
+    delete.add_argument("--by", help="who asked (kept in the deletion record)")
+    delete.add_argument("--apply", action="store_true")
     scoped(commands.add_parser("failed", help="failed sources with reasons"))
     retry = scoped(commands.add_parser("retry", help="ingest a source again"))
     retry.add_argument("source", type=UUID)
@@ -228,14 +348,19 @@ def main(argv: list[str] | None = None) -> int:
     scoped(steps.add_parser("flip")).add_argument("--apply", action="store_true")
     scoped(steps.add_parser("clean")).add_argument("--apply", action="store_true")
     index = commands.add_parser("index", help="per-tenant HNSW indexes (schema owner)")
-    index.add_argument("--min-chunks", type=int, default=2_000)
+    index.add_argument("--min-chunks", type=int, default=indexes.MIN_CHUNKS)
     index.add_argument("--apply", action="store_true")
+    index.add_argument("--every", type=float, help="seconds between passes, until stopped")
     args = parser.parse_args(argv)
 
     def run() -> int:
         if args.command == "index":
-            return asyncio.run(_index(args.min_chunks, args.apply))
+            return asyncio.run(_index(args.min_chunks, args.apply, args.every))
         scope = _scope_of(args)
+        if args.command == "documents":
+            return asyncio.run(_documents(scope, args.status, args.limit, args.deleted))
+        if args.command == "delete":
+            return asyncio.run(_delete(scope, args.source, args.uri, args.by, args.apply))
         if args.command == "failed":
             return asyncio.run(_failed(scope))
         if args.command == "retry":

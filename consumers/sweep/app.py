@@ -33,10 +33,11 @@ from consumers.runtime.health import HealthServer
 from consumers.runtime.kafka import AiokafkaPublisher
 from consumers.runtime.metrics import schema_info
 from contextcore.errors import InfrastructureUnavailable
-from contextcore.knowledge import store
+from contextcore.knowledge import indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import ledger
 from contextcore.storage.pool import connect
+from contextcore.storage.tenancy import service_role
 from schemas.envelope import printable
 from schemas.upload import UploadStatusV1
 
@@ -56,6 +57,9 @@ class SweepSettings(BaseSettings):
     redelivery older than this would apply its effect again."""
     journal_retention_s: float = Field(default=7 * 86_400, ge=3_600)
     prune_batch: int = Field(default=10_000, ge=1, le=1_000_000)
+    index_min_chunks: int = Field(default=indexes.MIN_CHUNKS, ge=1)
+    """The size at which a tenant should have its own HNSW index (the indexer job's
+    ``--min-chunks``): the gauge counts the tenants past it without one."""
 
 
 class Sweeper:
@@ -85,6 +89,12 @@ class Sweeper:
             "Knowledge sources of every tenant by status (pending, ready, failed), counted after "
             "each sweep.",
             ["status"],
+            registry=self.registry,
+        )
+        self.unindexed = Gauge(
+            "contextcore_knowledge_tenants_without_index",
+            "Tenants (organization and model) at or past the index threshold without a valid "
+            "HNSW index of their own, searched by an exact scan until the indexer job builds it.",
             registry=self.registry,
         )
         self.oldest_pending = Gauge(
@@ -117,12 +127,15 @@ class Sweeper:
                 if len(batch) < self.settings.batch:
                     break
             counts = await store.source_counts(conn, role=self.database.role)
+            async with service_role(conn, role=self.database.role):
+                unindexed = await indexes.unindexed_tenants(conn, self.settings.index_min_chunks)
             await self._prune(conn)
         finally:
             await conn.close()
         for status, count in counts.by_status.items():
             self.sources.labels(status).set(count)
         self.oldest_pending.set(counts.oldest_pending_seconds or 0.0)
+        self.unindexed.set(unindexed)
         for row in swept:
             self.failed.inc()
             log.warning("swept %s (%s): %s", row.source_id, row.title, row.reason)

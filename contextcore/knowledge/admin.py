@@ -10,9 +10,14 @@ The model switch, in the spec's four steps, each refusing to run out of order:
    in the same statement that flips, so nothing slips between the check and the flip.
 4. ``clean``: delete the rows of every other model; the live model's are never touched.
 
-An organization without a settings row of its own follows the platform's; ``prepare`` gives it
-one (its current live model, and the next). A switch of the platform's row moves every
-organization that has none: prepare those organizations first (docs/knowledge.md).
+An organization without a settings row of its own follows the platform's; its ``prepare`` gives
+it one (its current live model, and the next). A switch of the platform's row moves every
+organization that has none, so it waits for their sources too: the platform's ``prepare`` asks
+for them (:func:`followers_to_embed`, as the owner) and its ``flip`` is refused while any is not
+ready (migration 00019).
+
+Documents: :func:`documents` lists a scope's, :func:`delete_document` deletes one with its chunks
+and records the deletion (migration 00018).
 """
 
 from __future__ import annotations
@@ -67,11 +72,14 @@ FLIP = TenantQuery(
     "knowledge.flip",
     """
 -- knowledge.flip: step 3, one row, only when every source of the scope that is not failed is
--- ready under the next model in its current generation.
+-- ready under the next model in its current generation; for the platform's row, every source
+-- of the organizations that follow it too (migration 00019: a count, across tenants).
 UPDATE knowledge_settings k
 SET active_embedding_model = k.next_embedding_model, next_embedding_model = NULL,
     updated_at = now()
 WHERE k.organization_id IS NOT DISTINCT FROM $1 AND k.next_embedding_model IS NOT NULL
+  AND ($1 IS NOT NULL
+       OR contextcore_knowledge_followers_not_ready(k.next_embedding_model) = 0)
   AND NOT EXISTS (
       SELECT 1 FROM knowledge_sources s
       WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.status <> 'failed'
@@ -116,6 +124,21 @@ WHERE organization_id IS NOT DISTINCT FROM $1 AND embedding_model <> ALL($2::tex
 """,
 )
 
+
+FOLLOWERS_NOT_READY = TenantQuery(
+    "knowledge.followers_not_ready",
+    """
+-- knowledge.followers_not_ready: sources of the organizations that follow the platform's model
+-- (no settings row of their own) not ready under model $2; 0 outside the platform's scope.
+SELECT CASE WHEN $1::uuid IS NULL THEN contextcore_knowledge_followers_not_ready($2) ELSE 0 END
+""",
+)
+
+_FOLLOWERS_TO_EMBED_SQL = """
+-- knowledge.followers_to_embed: as the owner, which sources of following organizations are not
+-- ready under a model (migration 00019)
+SELECT organization_id, source_id FROM contextcore_knowledge_followers_to_embed($1)
+"""
 
 _REGISTER_MODEL_SQL = """
 -- knowledge.register_model: a model of the global catalog, as the schema owner (the service
@@ -190,6 +213,20 @@ async def register_model(owner: Connection, model: str, dimensions: int) -> None
         raise ValueError(f"{model} is registered with {known} dimensions, not {dimensions}")
 
 
+async def followers_not_ready(tenant: TenantConnection, model: str) -> int:
+    """In the platform's scope: how many sources of the organizations that follow it are not
+    ready under ``model`` (its flip waits for them); 0 in an organization's scope."""
+    count: int = await tenant.fetchval(FOLLOWERS_NOT_READY, model)
+    return count
+
+
+async def followers_to_embed(owner: Connection, model: str) -> list[tuple[UUID, UUID]]:
+    """As the schema owner: (organization, source) of every source of a following organization
+    not ready under ``model``, for a platform switch's first step."""
+    rows = await owner.fetch(_FOLLOWERS_TO_EMBED_SQL, model)
+    return [(r["organization_id"], r["source_id"]) for r in rows]
+
+
 async def set_next(tenant: TenantConnection, model: str) -> str:
     """Step 1's row; the scope's live model (which must differ from ``model``)."""
     active, _ = await store.models(tenant)
@@ -220,3 +257,199 @@ async def clean_batch(tenant: TenantConnection, batch: int = 5_000) -> int:
     if deleted == 0:
         await tenant.execute(DELETE_OTHER_STATES, keep)
     return deleted
+
+
+# ------------------------------------------------------------------------------ documents
+
+DOCUMENTS = TenantQuery(
+    "knowledge.documents",
+    """
+-- knowledge.documents: this scope's documents, newest first, a page after the cursor
+-- ($2, $3: the last page's created_at and id; null for the first), with each one's state
+-- under the scope's live model.
+SELECT s.id, s.title, coalesce(s.uri, s.object_key) AS identity, s.kind, s.media_type,
+       s.status, s.status_reason, s.size_bytes, s.generation, s.created_at, s.updated_at,
+       live.model, m.chunk_count, m.status AS model_status
+FROM knowledge_sources s
+CROSS JOIN (SELECT knowledge_active_model($1) AS model) live
+LEFT JOIN knowledge_source_models m
+       ON m.source_id = s.id AND m.embedding_model = live.model
+WHERE s.organization_id IS NOT DISTINCT FROM $1
+  AND ($2::timestamptz IS NULL OR (s.created_at, s.id) < ($2::timestamptz, $3::uuid))
+  AND ($4::text IS NULL OR s.status = $4::text)
+ORDER BY s.created_at DESC, s.id DESC
+LIMIT $5
+""",
+)
+
+DOCUMENT_BY_IDENTITY = TenantQuery(
+    "knowledge.document_by_identity",
+    """
+-- knowledge.document_by_identity: the source of this scope a uri or object key names.
+SELECT id FROM knowledge_sources
+WHERE organization_id IS NOT DISTINCT FROM $1 AND (uri = $2 OR object_key = $2)
+""",
+)
+
+DELETE_DOCUMENT = TenantQuery(
+    "knowledge.delete_document",
+    """
+-- knowledge.delete_document: the source goes, and with it (ON DELETE CASCADE) its per-model
+-- rows and its chunks, in this transaction: the document leaves every search at once. The
+-- deletion is recorded (migration 00018); the chunk count is read before the delete (a
+-- statement's parts share its snapshot). The uploader of a pending generation is returned,
+-- to be told.
+WITH counted AS (
+    SELECT count(*)::integer AS chunks FROM knowledge_chunks
+    WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2
+), gone AS (
+    DELETE FROM knowledge_sources s
+    WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2
+    RETURNING s.id, s.organization_id, s.title, coalesce(s.uri, s.object_key) AS identity,
+              s.status, s.reply_to, s.correlation_id
+), recorded AS (
+    INSERT INTO knowledge_deletions (organization_id, source_id, title, identity, chunks,
+                                     requested_by)
+    SELECT g.organization_id, g.id, g.title, g.identity, counted.chunks, $3
+    FROM gone g, counted
+    RETURNING id, chunks, login, deleted_at
+)
+SELECT g.id, g.title, g.identity, g.status, g.reply_to, g.correlation_id, r.chunks, r.login,
+       r.deleted_at
+FROM gone g, recorded r
+""",
+)
+
+DELETIONS = TenantQuery(
+    "knowledge.deletions",
+    """
+-- knowledge.deletions: this scope's deleted documents, newest first.
+SELECT source_id, title, identity, chunks, login, requested_by, deleted_at
+FROM knowledge_deletions
+WHERE organization_id IS NOT DISTINCT FROM $1
+ORDER BY deleted_at DESC, id DESC
+LIMIT $2
+""",
+)
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document of a scope, as ``list`` shows it."""
+
+    id: UUID
+    title: str
+    identity: str
+    """Its uri, or its object key."""
+    kind: str
+    media_type: str
+    status: str
+    """Its state under the scope's live model: ``pending``, ``ready`` or ``failed``."""
+    reason: str | None
+    size_bytes: int | None
+    """As uploaded; ``None`` until its text has been read."""
+    generation: int
+    uploaded_at: datetime
+    updated_at: datetime
+    model: str
+    """The scope's live model."""
+    chunks: int | None
+    """Its chunks under the live model (``None``: not chunked under it)."""
+
+
+@dataclass(frozen=True)
+class Deletion:
+    source_id: UUID
+    title: str
+    identity: str
+    chunks: int
+    login: str
+    """The database login that deleted it."""
+    requested_by: str | None
+    deleted_at: datetime
+    status: str | None = None
+    """The source's status when it was deleted (``None`` when read back from the record)."""
+    reply_to: str | None = None
+    """The uploader of a generation that was still pending, to be told (with its id)."""
+    correlation_id: str | None = None
+
+
+MAX_PAGE = 1_000
+
+
+async def documents(
+    tenant: TenantConnection,
+    *,
+    limit: int = 100,
+    after: tuple[datetime, UUID] | None = None,
+    status: str | None = None,
+) -> list[Document]:
+    """A page of the scope's documents, newest first; the next page starts ``after`` the last
+    one's ``(uploaded_at, id)``."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"a page holds 1 to {MAX_PAGE} documents, not {limit}")
+    rows = await tenant.fetch(
+        DOCUMENTS, after[0] if after else None, after[1] if after else None, status, limit
+    )
+    return [
+        Document(
+            r["id"],
+            r["title"],
+            r["identity"],
+            r["kind"],
+            r["media_type"],
+            r["status"],
+            r["status_reason"],
+            r["size_bytes"],
+            r["generation"],
+            r["created_at"],
+            r["updated_at"],
+            r["model"],
+            r["chunk_count"],
+        )
+        for r in rows
+    ]
+
+
+async def find_document(tenant: TenantConnection, identity: str) -> UUID | None:
+    """The source of this scope a uri or object key names."""
+    found: UUID | None = await tenant.fetchval(DOCUMENT_BY_IDENTITY, identity)
+    return found
+
+
+async def delete_document(
+    tenant: TenantConnection, source_id: UUID, *, requested_by: str | None = None
+) -> Deletion | None:
+    """Delete one document of the scope (``None``: the scope has no such document). It leaves
+    search when ``tenant``'s transaction commits."""
+    row = await tenant.fetchrow(DELETE_DOCUMENT, source_id, requested_by)
+    if row is None:
+        return None
+    return Deletion(
+        row["id"],
+        row["title"],
+        row["identity"],
+        row["chunks"],
+        row["login"],
+        requested_by,
+        row["deleted_at"],
+        row["status"],
+        row["reply_to"],
+        row["correlation_id"],
+    )
+
+
+async def deletions(tenant: TenantConnection, limit: int = 100) -> list[Deletion]:
+    rows = await tenant.fetch(DELETIONS, limit)
+    return [
+        Deletion(
+            r["source_id"],
+            r["title"],
+            r["identity"],
+            r["chunks"],
+            r["login"],
+            r["requested_by"],
+            r["deleted_at"],
+        )
+        for r in rows
+    ]

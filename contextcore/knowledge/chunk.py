@@ -1,12 +1,14 @@
 """Sections into chunks, deterministically, with the embedding model's own tokenizer.
 
-A chunk never crosses a section: it is the section's heading path (with the document title in
-front) and as many whole paragraphs as fit in the model's window. The heading goes into the text
-that is embedded, because a passage alone often does not say what question it answers (blind
-fixed-size windows lost R@10 on our quality set; docs/knowledge.md). A paragraph longer than the
-window is cut at word-piece boundaries into windows that overlap by ``overlap`` tokens; packed
-paragraphs overlap too: a new chunk of the same section starts with the previous chunk's last
-paragraph when that paragraph is at most ``overlap`` tokens.
+A chunk never crosses a section. Its text fills the model's window: the section's paragraphs,
+joined, cut at word-piece boundaries into windows that overlap by ``overlap`` tokens, so the
+first chunk of a passage is what the model would see of the whole passage. (Whole paragraphs
+packed up to the window left a chunk short wherever the next paragraph did not fit: measured,
+it lost recall against embedding the whole passage; docs/knowledge.md.)
+
+Only the text is embedded. The heading path (the document title first) is kept beside it:
+stored, shown, and weighed by the full-text side of the search. Embedded with the text, titles
+and headings lowered recall on both quality sets, most where a title carries no meaning.
 
 Ordinals count chunks from 0 in document order. The same sections, tokenizer and settings give
 the same chunks, byte for byte, so a redelivered or retried document re-creates the same keys.
@@ -21,6 +23,8 @@ from typing import Protocol
 from contextcore.knowledge.extract import Section
 
 HEADING_SEPARATOR = " > "
+MAX_HEADING_TOKENS = 128
+"""A longer heading path is cut: it is context, not text."""
 
 
 class Tokenizer(Protocol):
@@ -36,15 +40,11 @@ class Tokenizer(Protocol):
 class Chunk:
     ordinal: int
     section: str
-    """The heading path, the document title first: stored, and embedded with the text."""
+    """The heading path, the document title first: stored, shown and searched as words."""
     text: str
-    """The passage itself: what a brief shows."""
+    """The passage itself: what is embedded and what a brief shows."""
     tokens: int
-    """Word pieces of :attr:`embedded` (the window the model sees, special tokens included)."""
-
-    @property
-    def embedded(self) -> str:
-        return f"{self.section}\n{self.text}" if self.section else self.text
+    """Word pieces of :attr:`text` with the model's special tokens (what the model sees)."""
 
 
 @dataclass(frozen=True)
@@ -66,48 +66,21 @@ def chunk(
 ) -> list[Chunk]:
     """The chunks of a document, in order."""
     chunks: list[Chunk] = []
+    budget = settings.max_tokens - settings.special_tokens
     for section in sections:
         path = section.path
         if path and path[0].casefold() == title.casefold():
             path = path[1:]  # a document whose first heading is its title says it once
         heading = HEADING_SEPARATOR.join(part for part in (title, *path) if part)
-        # the heading's own pieces, the newline and the specials come out of the window; a
-        # heading that leaves less than half the window is cut short (it is context, not text)
-        room = settings.max_tokens - settings.special_tokens - 1
-        if tokenizer.count(heading) > room // 2:
-            heading = tokenizer.windows(heading, room // 2, 0)[0]
-        budget = room - tokenizer.count(heading)
-        for body in _pack(section.paragraphs, tokenizer, budget, settings.overlap):
-            text = f"{heading}\n{body}" if heading else body
-            tokens = tokenizer.count(text) + settings.special_tokens
+        if tokenizer.count(heading) > MAX_HEADING_TOKENS:
+            heading = tokenizer.windows(heading, MAX_HEADING_TOKENS, 0)[0]
+        text = " ".join(p for p in section.paragraphs if p)
+        if not text:
+            continue
+        for body in tokenizer.windows(text, budget, settings.overlap):
+            tokens = tokenizer.count(body) + settings.special_tokens
             chunks.append(Chunk(len(chunks), heading, body, tokens))
     return chunks
-
-
-def _pack(paragraphs: list[str], tokenizer: Tokenizer, budget: int, overlap: int) -> list[str]:
-    """Whole paragraphs joined up to ``budget`` word pieces; a longer one cut into windows."""
-    pieces: list[tuple[str, int]] = []
-    for paragraph in paragraphs:
-        size = tokenizer.count(paragraph)
-        if size <= budget:
-            pieces.append((paragraph, size))
-        else:
-            for window in tokenizer.windows(paragraph, budget, overlap):
-                pieces.append((window, tokenizer.count(window)))
-    bodies: list[str] = []
-    current: list[tuple[str, int]] = []
-    used = 0
-    for text, size in pieces:
-        if current and used + size + 1 > budget:
-            bodies.append(" ".join(t for t, _ in current))
-            last_text, last_size = current[-1]
-            carried = last_size <= overlap and last_size + size + 1 <= budget
-            current, used = ([(last_text, last_size)], last_size) if carried else ([], 0)
-        current.append((text, size))
-        used += size + (1 if len(current) > 1 else 0)
-    if current:
-        bodies.append(" ".join(t for t, _ in current))
-    return bodies
 
 
 class WordPieceTokenizer:

@@ -24,10 +24,6 @@ class PassageIn:
     text: str
     tokens: int
 
-    @property
-    def embedded(self) -> str:
-        return f"{self.section}\n{self.text}" if self.section else self.text
-
 
 class UnknownModel(LookupError):
     """The batch is for a model this process does not encode with."""
@@ -49,7 +45,7 @@ class Embedder:
         encoder = self.encoders.get(model)
         if encoder is None:
             raise UnknownModel(f"this process embeds with {sorted(self.encoders)}, not {model!r}")
-        vectors = await encoder.encode([p.embedded for p in passages])
+        vectors = await encoder.encode([p.text for p in passages])
         chunks = [
             store.StoredChunk(p.ordinal, p.section, p.text, p.tokens, vector)
             for p, vector in zip(passages, vectors, strict=True)

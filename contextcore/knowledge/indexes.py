@@ -10,8 +10,11 @@ it passes ``min_chunks``; until then the exact plan is both fast and exact.
 planner matches a tenant's partial index when it exists and scans exactly when it does not: no
 table of "which tenant uses which plan" to keep in step with the indexes.
 
-Indexes are built by the schema owner (``contextcore-knowledge index``, a dry run unless
-``--apply``) with ``CREATE INDEX CONCURRENTLY``: searches and writes go on meanwhile.
+Indexes are built by the schema owner with ``CREATE INDEX CONCURRENTLY`` (searches and writes go
+on meanwhile): ``contextcore-knowledge index --apply --every N``, a job of its own (docker-compose's
+``knowledge-indexer``, k8s's CronJob), so a tenant gets its index when it crosses the threshold
+without an operator. The sweep's gauge ``contextcore_knowledge_tenants_without_index`` shows the
+tenants still waiting for one (migration 00020).
 """
 
 from __future__ import annotations
@@ -22,7 +25,12 @@ from uuid import UUID
 
 import asyncpg
 
+from contextcore.storage.tenancy import Connection
+
 INDEX_PREFIX = "knowledge_chunks_ann_"
+MIN_CHUNKS = 2_000
+"""A tenant of this many chunks of one model gets its own HNSW index (docs/performance.md:
+below it the exact scan is as fast)."""
 
 
 @dataclass(frozen=True)
@@ -68,16 +76,25 @@ ORDER BY chunks DESC
 """
 
 
+_INDEXES_SQL = """
+-- knowledge.tenant_indexes: the per-tenant indexes there are, and whether each is valid (a
+-- CREATE INDEX CONCURRENTLY that failed leaves an invalid one behind)
+SELECT c.relname AS name, i.indisvalid AS valid
+FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid
+WHERE c.relnamespace = 'public'::regnamespace AND c.relname LIKE $1
+"""
+
+_UNINDEXED_SQL = """
+-- knowledge.unindexed_tenants: tenants at or past the threshold without a valid index of their
+-- own, counted by the owner's SECURITY DEFINER function (migration 00020)
+SELECT contextcore_knowledge_unindexed_tenants($1)
+"""
+
+
 async def tenant_sizes(conn: asyncpg.Connection) -> list[TenantSize]:
+    """As the schema owner: every tenant's size, and whether it has a valid index."""
     rows = await conn.fetch(SIZES)
-    existing = {
-        r["indexname"]
-        for r in await conn.fetch(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'knowledge_chunks'"
-            " AND indexname LIKE $1",
-            INDEX_PREFIX + "%",
-        )
-    }
+    valid = {r["name"]: r["valid"] for r in await conn.fetch(_INDEXES_SQL, INDEX_PREFIX + "%")}
     return [
         TenantSize(
             r["organization_id"],
@@ -85,7 +102,28 @@ async def tenant_sizes(conn: asyncpg.Connection) -> list[TenantSize]:
             r["dimensions"],
             r["chunks"],
             index_name(r["organization_id"], r["embedding_model"]),
-            index_name(r["organization_id"], r["embedding_model"]) in existing,
+            valid.get(index_name(r["organization_id"], r["embedding_model"]), False),
         )
         for r in rows
     ]
+
+
+async def build_missing(conn: asyncpg.Connection, min_chunks: int = MIN_CHUNKS) -> list[TenantSize]:
+    """As the schema owner: build the index of every tenant of ``min_chunks`` or more that has
+    no valid one (an invalid one is dropped first), concurrently, one at a time; returns the
+    tenants it built. Searches and writes go on meanwhile."""
+    built = []
+    for size in await tenant_sizes(conn):
+        if size.indexed or size.chunks < min_chunks:
+            continue
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {size.index}")
+        await conn.execute(create_sql(size.organization_id, size.model, size.dimensions))
+        built.append(size)
+    return built
+
+
+async def unindexed_tenants(conn: Connection, min_chunks: int = MIN_CHUNKS) -> int:
+    """How many tenants of ``min_chunks`` or more have no valid index (any login that may take
+    the service role: a count, no organization)."""
+    count: int = await conn.fetchval(_UNINDEXED_SQL, min_chunks)
+    return count

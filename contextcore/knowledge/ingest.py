@@ -31,7 +31,8 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from uuid import UUID, uuid4
 
 from contextcore.knowledge import objects, store
@@ -167,16 +168,18 @@ class Ingestion:
             active, switching = await store.models(tenant)
         if accepted is not None and accepted.replaced is not None:
             await replaced(accepted.replaced)
-        if state is None:
-            raise LookupError("the upload was claimed but its source is gone")
+        if state is None:  # handled before, and its document deleted since
+            return Prepared(_deleted(upload.title), [])
         if state.upload_key != upload.upload_key:  # a redelivery, after a later upload
             return Prepared(state, [], superseded=store.Superseded(state.id, state.generation))
         if state.status != "pending":
             return Prepared(state, [])
         targets = [active] if switching is None else [active, switching]
+        size_bytes = None
         try:
             if state.sections is None:
                 data = await self._content(upload, address)
+                size_bytes = len(data)
                 cut = await self._cut(
                     state.title, targets, document=data, media_type=upload.media_type
                 )
@@ -196,9 +199,11 @@ class Ingestion:
                     state.generation,
                     cut.sections,
                     {model: len(chunks) for model, chunks in cut.chunks.items()},
+                    size_bytes=size_bytes,
                 )
             current = await store.source(tenant, state.id)
-        assert current is not None
+        if current is None:  # an admin deleted it meanwhile
+            return Prepared(_deleted(state.title, state), [])
         return _unless_superseded(state, current, self._batches(state, cut.chunks))
 
     async def reingest(self, command: Reingest, *, replaced: Replaced = _ignore) -> Prepared | str:
@@ -298,6 +303,25 @@ class Ingestion:
             current = await store.source(tenant, state.id)
         assert current is not None
         return _unless_superseded(state, current, [])
+
+
+DELETED = "the document was deleted"
+
+
+def _deleted(title: str, state: store.SourceState | None = None) -> store.SourceState:
+    """What an upload hears when its document was deleted before it was ready."""
+    if state is not None:
+        return replace(state, status="failed", status_reason=DELETED)
+    return store.SourceState(
+        id=UUID(int=0),
+        organization_id=None,
+        title=title,
+        status="failed",
+        status_reason=DELETED,
+        generation=1,
+        chunk_count=None,
+        updated_at=datetime.now(UTC),
+    )
 
 
 def _unless_superseded(

@@ -1,25 +1,39 @@
-"""``knowledge``: hybrid search over ready knowledge chunks, as context items.
+"""``knowledge``: hybrid search over ready knowledge chunks, as context items, by document.
 
-One read: ``knowledge_search`` (migration 00007), SECURITY INVOKER, in the subject's
-organization scope, which filters the organization explicitly, reads ready sources only and
-chunks of the scope's live model only, and fuses the full-text rank of ``request.query`` with
-the vector ranking. ``include_organization`` and ``include_platform`` choose the scopes (both
-false by default: a policy opts in). The query is embedded with the live model by the process's
-one shared encoder; a live model this process cannot encode fails the source (never a query
-embedded by another model: its vectors are not comparable).
+One read per live model: ``knowledge_search`` (migration 00017), SECURITY INVOKER, in the
+subject's organization scope, which filters the organization explicitly, reads ready sources
+only and chunks of the model the query was embedded with only, and refuses a scope whose live
+model is another. Candidates come from the vector side and from the full text of
+``request.query``; documents are ranked by their best chunk (docs/knowledge.md, measured by
+``bench/quality.py``). ``include_organization`` and ``include_platform`` choose the scopes (both
+false by default: a policy opts in).
 
-Each chunk is one item: title ``<document> > <section>``, body the passage, ``ref`` the chunk
-(``knowledge_chunk``, citable), no subject key (a chunk's subject is too broad to name).
-``spec.limit`` caps the chunks (default 8, the Front Door's decision; 0 reads nothing).
+Models per scope (CLARIFICATIONS 17): the live model of both scopes is read once, in one
+statement, and the query is embedded with each model that is live (one encode when both scopes
+share it, the usual case). An organization on a model of its own searches its documents under
+it and the platform's under the platform's, in a second call, and the two rankings are merged
+by rank: the scores of two models are not comparable, their ranks are. (The other way, every
+platform document embedded under every model an organization uses, would multiply the
+platform's storage and ingest by the organizations' choices.) A live model this process cannot
+encode fails the source; a flip between the read and the search is searched again, once, in
+a new transaction.
+
+``spec.limit`` counts documents (CLARIFICATIONS 18; default 8, the Front Door's decision; 0
+reads nothing); each brings its ``chunks_per_document`` best chunks. ``results: chunks`` makes
+the limit count chunks instead. Each chunk is one item: title ``<section>`` (or the document's),
+body the passage, ``ref`` the chunk (``knowledge_chunk``, citable, labelled with the document's
+title), no subject key (a chunk's subject is too broad to name).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 from uuid import UUID
 
+import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
 from contextcore.knowledge.encoder import Encoder
@@ -29,6 +43,8 @@ from contextcore.storage.tenancy import TenantConnection, TenantDatabase, Tenant
 
 DEFAULT_LIMIT = 8
 MAX_QUERY_CHARS = 2_000
+MODEL_MOVED = "CC001"
+"""SQLSTATE of ``knowledge_search`` when a scope's live model is not the query's."""
 
 
 class KnowledgeOptions(BaseModel):
@@ -36,14 +52,20 @@ class KnowledgeOptions(BaseModel):
 
     include_platform: bool = Field(default=False, strict=True)
     include_organization: bool = Field(default=False, strict=True)
+    results: Literal["documents", "chunks"] = "documents"
+    """What ``limit`` counts: documents (each with its best chunks) or chunks."""
+    chunks_per_document: int = Field(default=1, ge=1, le=5, strict=True)
 
 
 @dataclass(frozen=True)
 class SearchTuning:
-    """The fusion's constants (``bench/quality.py`` chose them; docs/knowledge.md)."""
+    """The ranking's constants (``bench/quality.py --tune`` chose them on the tuning set only;
+    docs/knowledge.md)."""
 
     candidates: int = 40
-    lexical_weight: float = 0.2
+    """Chunks each side (vector, full text) brings per scope."""
+    lexical_weight: float = 0.4
+    later_chunk_penalty: float = 0.2
     ef_search: int = 200
 
 
@@ -61,71 +83,169 @@ class Hit:
     similarity: float
     lexical: float
     score: float
+    document_rank: int
+    """The rank of the hit's document (of the hit itself when results are chunks), from 1."""
 
 
-ACTIVE_MODEL = TenantQuery(
-    "knowledge.active_model",
+LIVE_MODELS = TenantQuery(
+    "knowledge.live_models",
     """
--- knowledge.active_model: the model the scope's searches embed with.
-SELECT knowledge_active_model($1)
+-- knowledge.live_models: the model each scope's searches embed with, read once per search.
+SELECT knowledge_active_model($1) AS organization, knowledge_active_model(NULL) AS platform
 """,
 )
 
 SEARCH = TenantQuery(
     "knowledge.search",
     """
--- knowledge.search: hybrid search of this organization and/or the platform (migration 00007).
+-- knowledge.search: hybrid search of this organization and/or the platform (migration 00017).
 SELECT chunk_id, source_id, organization_id, title, section, ordinal, text, tokens,
-       embedding_model, similarity, lexical, score
-FROM knowledge_search($1, $2::vector, $3, $4, $5, $6, $7, $8, $9)
+       embedding_model, similarity, lexical, score, document_rank
+FROM knowledge_search($1, $2, $3::vector, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 """,
 )
 
 
 class ModelUnavailable(LookupError):
-    """The scope's live model is not the one this process encodes with."""
+    """The scope's live model is not one this process encodes with."""
 
 
-async def active_model(tenant: TenantConnection) -> str:
-    model: str = await tenant.fetchval(ACTIVE_MODEL)
-    return model
+class ModelMoved(Exception):
+    """A scope's live model flipped between the read and the search: search again."""
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """Which scopes a search reads, and the live model of each (read once)."""
+
+    organization: str | None
+    """The organization's live model, or ``None`` when its documents are not searched."""
+    platform: str | None
+
+    def by_model(self) -> dict[str, tuple[bool, bool]]:
+        """Each model to search under: (include_platform, include_organization)."""
+        calls: dict[str, tuple[bool, bool]] = {}
+        if self.organization is not None:
+            calls[self.organization] = (False, True)
+        if self.platform is not None:
+            own = calls.get(self.platform, (False, False))[1]
+            calls[self.platform] = (True, own)
+        return calls
+
+
+async def live_scopes(
+    tenant: TenantConnection, *, include_platform: bool, include_organization: bool
+) -> Scopes:
+    row = await tenant.fetchrow(LIVE_MODELS)
+    assert row is not None
+    return Scopes(
+        row["organization"] if include_organization else None,
+        row["platform"] if include_platform else None,
+    )
 
 
 async def search(
     tenant: TenantConnection,
-    encoder: Encoder,
+    encoders: Callable[[str], Awaitable[Encoder]],
     query: str,
     *,
     include_platform: bool,
     include_organization: bool,
     limit: int,
+    per_document: int | None = 1,
     tuning: SearchTuning = SearchTuning(),
 ) -> list[Hit]:
-    """The best ``limit`` chunks for ``query`` in the scope of ``tenant``; ``encoder`` must be
-    the scope's live model's (:func:`active_model`), or the vectors would not be comparable.
+    """The best ``limit`` documents for ``query`` (their ``per_document`` best chunks each; with
+    ``per_document=None``, the best ``limit`` chunks) in the scope of ``tenant``.
+
+    ``encoders`` gives this process's encoder of a model.
 
     Raises:
-        ModelUnavailable: the scope's live model is not ``encoder.model``.
+        ModelUnavailable: a scope's live model is one ``encoders`` does not know.
+        ModelMoved: a live model flipped after it was read (``knowledge_search`` refused the
+            query's); the transaction is spent, search again in a new one.
     """
-    model = await active_model(tenant)
-    if model != encoder.model:
-        raise ModelUnavailable(
-            f"the live embedding model is {model!r}; the query was embedded by {encoder.model!r}"
-        )
     text = query[:MAX_QUERY_CHARS]
+    scopes = await live_scopes(
+        tenant, include_platform=include_platform, include_organization=include_organization
+    )
+    rankings = []
+    for model, (platform, own) in scopes.by_model().items():
+        encoder = await _encoder(encoders, model)
+        try:
+            rankings.append(
+                await _search_under(
+                    tenant, encoder, text, platform, own, limit, per_document, tuning
+                )
+            )
+        except asyncpg.PostgresError as error:
+            if error.sqlstate == MODEL_MOVED:
+                raise ModelMoved(str(error)) from error
+            raise
+    return merge(rankings, limit)
+
+
+async def _encoder(encoders: Callable[[str], Awaitable[Encoder]], model: str) -> Encoder:
+    try:
+        return await encoders(model)
+    except KeyError:
+        raise ModelUnavailable(
+            f"the live embedding model {model!r} is not one this process knows"
+        ) from None
+
+
+async def _search_under(
+    tenant: TenantConnection,
+    encoder: Encoder,
+    text: str,
+    include_platform: bool,
+    include_organization: bool,
+    limit: int,
+    per_document: int | None,
+    tuning: SearchTuning,
+) -> list[Hit]:
     [vector] = await asyncio.to_thread(encoder.encode, [text])
     rows = await tenant.fetch(
         SEARCH,
+        encoder.model,
         vector_text(vector),
         text,
         include_platform,
         include_organization,
         limit,
+        per_document,
         tuning.candidates,
         tuning.lexical_weight,
+        tuning.later_chunk_penalty,
         tuning.ef_search,
     )
     return [Hit(**dict(row)) for row in rows]
+
+
+def merge(rankings: Sequence[Sequence[Hit]], limit: int) -> list[Hit]:
+    """Rankings of separate scopes (under separate models) as one: by rank, the first
+    ranking's hit first among equals, ``limit`` ranks in all (a rank is a document's, or a
+    chunk's when results are chunks). One ranking is returned as it is."""
+    if len(rankings) == 1:
+        return list(rankings[0])
+    ordered = sorted(
+        (
+            (hit.document_rank, which, position, hit)
+            for which, ranking in enumerate(rankings)
+            for position, hit in enumerate(ranking)
+        ),
+        key=lambda entry: entry[:3],
+    )
+    ranks: dict[tuple[int, int], int] = {}
+    merged = []
+    for rank, which, _, hit in ordered:
+        key = (which, rank)
+        if key not in ranks:
+            if len(ranks) == limit:
+                continue
+            ranks[key] = len(ranks) + 1
+        merged.append(Hit(**{**hit.__dict__, "document_rank": ranks[key]}))
+    return merged
 
 
 class KnowledgeContextSource:
@@ -151,23 +271,25 @@ class KnowledgeContextSource:
             return []
         if not (options.include_platform or options.include_organization):
             return []
-        async with self.database.scoped(request.subject.organization_id) as tenant:
-            model = await active_model(tenant)
+        for attempt in (1, 2):
             try:
-                encoder = await self.encoders(model)
-            except KeyError:
-                raise ModelUnavailable(
-                    f"the live embedding model {model!r} is not one this process knows"
-                ) from None
-            hits = await search(
-                tenant,
-                encoder,
-                request.query,
-                include_platform=options.include_platform,
-                include_organization=options.include_organization,
-                limit=limit,
-                tuning=self.tuning,
-            )
+                async with self.database.scoped(request.subject.organization_id) as tenant:
+                    hits = await search(
+                        tenant,
+                        self.encoders,
+                        request.query,
+                        include_platform=options.include_platform,
+                        include_organization=options.include_organization,
+                        limit=limit,
+                        per_document=(
+                            options.chunks_per_document if options.results == "documents" else None
+                        ),
+                        tuning=self.tuning,
+                    )
+                break
+            except ModelMoved:
+                if attempt == 2:
+                    raise
         return [
             ContextItem(
                 source=self.name,

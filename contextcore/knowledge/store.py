@@ -196,8 +196,11 @@ SOURCE_BY_IDENTITY = TenantQuery(
 RECORD_TEXT = TenantQuery(
     "knowledge.record_text",
     """
--- knowledge.record_text: the extracted sections of the generation being ingested.
-UPDATE knowledge_sources SET sections = $4::jsonb, content_sha256 = $5, updated_at = now()
+-- knowledge.record_text: the extracted sections of the generation being ingested, and the size
+-- of the document they came from (kept when $6 is null: the text was stored before).
+UPDATE knowledge_sources
+SET sections = $4::jsonb, content_sha256 = $5, size_bytes = coalesce($6, size_bytes),
+    updated_at = now()
 WHERE organization_id IS NOT DISTINCT FROM $1 AND id = $2 AND generation = $3
   AND status = 'pending'
 """,
@@ -435,10 +438,13 @@ async def record_text(
     generation: int,
     sections: list[Section],
     chunk_counts: dict[str, int],
+    *,
+    size_bytes: int | None = None,
 ) -> None:
-    """The extracted sections, and how many chunks the generation has under each model."""
+    """The extracted sections, how many chunks the generation has under each model, and the
+    size of the document as uploaded."""
     text = sections_json(sections)
-    await tenant.execute(RECORD_TEXT, source_id, generation, text, digest(text))
+    await tenant.execute(RECORD_TEXT, source_id, generation, text, digest(text), size_bytes)
     await expect_chunks(tenant, source_id, generation, chunk_counts)
 
 

@@ -12,13 +12,22 @@ import asyncpg
 import pytest
 
 from broker.topics import ensure_topics, upload_topics
+from contextcore.knowledge import admin as admin_steps
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
-from contextcore.knowledge.settings import ExtraModel
+from contextcore.knowledge.search import KnowledgeContextSource
+from contextcore.knowledge.settings import Encoders, ExtraModel
+from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.knowledge import KnowledgeClient, UploadFailed
 from tests.documents import corrupt_pdf
 from tests.integration.conftest import Config, Database, StartConsumer
-from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
+from tests.integration.test_knowledge_pipeline import (
+    HANDBOOK,
+    ORG_A,
+    ORG_B,
+    knowledge_request,
+    spec,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -83,8 +92,8 @@ async def models_searched(database: Database, organization: uuid.UUID) -> set[An
                 organization,
             )
             rows = await conn.fetch(
-                "SELECT embedding_model FROM knowledge_search($1, $2::vector, 'refund', false,"
-                " true, 10)",
+                "SELECT embedding_model FROM knowledge_search($1, knowledge_active_model($1),"
+                " $2::vector, 'refund', false, true, 10)",
                 organization,
                 vector,
             )
@@ -228,3 +237,150 @@ async def test_a_failed_source_is_listed_with_its_reason_and_retried(
     assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks WHERE generation = 1") == 0
     code, out = await command(running, "retry", str(ready.source_id), "--organization", str(ORG_B))
     assert (code, "no source" in out) == (1, True), "B cannot reach A's source"
+
+
+PLATFORM_GUIDE = """# Platform guide
+
+## Lifecycle
+
+A company's lifecycle stage in the CRM moves from lead to customer when a deal is won.
+"""
+
+
+async def upload_all(config: Config, *documents: tuple[uuid.UUID | None, str, str]) -> None:
+    """(organization or None for the platform, uri, markdown) each, until ready."""
+    client = await client_for(config)
+    try:
+        for organization, uri, text in documents:
+            await client.upload(
+                organization_id=organization,
+                title=text.splitlines()[0].lstrip("# "),
+                media_type="text/markdown",
+                uri=uri,
+                content=text,
+            )
+    finally:
+        await client.close()
+
+
+async def until_ready(config: Config, *scope: str) -> None:
+    async with asyncio.timeout(90):
+        while True:
+            code, _ = await command(config, "switch", "status", *scope)
+            if code == 0:
+                return
+            await asyncio.sleep(0.5)
+
+
+async def not_ready_under(admin: asyncpg.Connection, organization: uuid.UUID, model: str) -> None:
+    """As a slow embedder leaves it: the source's row under ``model`` not complete yet."""
+    changed = await admin.execute(
+        "UPDATE knowledge_source_models SET status = 'pending', chunks_stored = 0,"
+        " pending_since = now() WHERE organization_id = $1 AND embedding_model = $2",
+        organization,
+        model,
+    )
+    assert changed != "UPDATE 0"
+
+
+async def test_the_platform_flip_waits_for_every_organization_that_follows_it(
+    running: Config, admin: asyncpg.Connection, database: Database, tenant_db: TenantDatabase
+) -> None:
+    """A follows the platform's model (no settings row of its own), B has its own: flipping the
+    platform moves A, so it waits for A's sources and never for B's."""
+    await upload_all(
+        running,
+        (None, "docs://guide", PLATFORM_GUIDE),
+        (ORG_A, "docs://handbook", HANDBOOK),
+        (ORG_B, "docs://handbook", HANDBOOK),
+    )
+    await admin.execute(
+        "INSERT INTO knowledge_settings (organization_id, active_embedding_model) VALUES ($1, $2)",
+        ORG_B,
+        DEFAULT_MODEL,
+    )
+    owner = running.with_("database", owner_url=database.owner_url)
+    code, out = await command(owner, "switch", "prepare", COPY, "--dimensions", "384", "--platform")
+    assert code == 0, out
+    code, out = await command(
+        owner, "switch", "prepare", COPY, "--dimensions", "384", "--platform", "--apply"
+    )
+    assert code == 0, out
+    assert "asked for 2 source(s)" in out, "the platform's and A's, never B's"
+    await until_ready(running, "--platform")
+    under_copy = await admin.fetch(
+        "SELECT organization_id FROM knowledge_source_models WHERE embedding_model = $1"
+        " AND status = 'ready' ORDER BY organization_id NULLS FIRST",
+        COPY,
+    )
+    assert [r["organization_id"] for r in under_copy] == [None, ORG_A]
+
+    await not_ready_under(admin, ORG_A, COPY)
+    code, out = await command(running, "switch", "status", "--platform")
+    assert (code, "follow the platform: not ready" in out) == (1, True), out
+    code, out = await command(running, "switch", "flip", "--platform", "--apply")
+    assert (code, "follow the platform's model are not ready" in out) == (1, True), out
+    # the statement that flips checks too (a flip that raced the command's check)
+    async with tenant_db.writing(PLATFORM) as tenant:
+        assert await admin_steps.flip(tenant) is None
+    assert await models_searched(database, ORG_A) == {DEFAULT_MODEL}
+
+    code, out = await command(
+        owner, "switch", "prepare", COPY, "--dimensions", "384", "--platform", "--apply"
+    )
+    assert (code, "asked for 1 source(s)" in out) == (0, True), out
+    await until_ready(running, "--platform")
+    code, out = await command(running, "switch", "flip", "--platform", "--apply")
+    assert code == 0, out
+    assert await models_searched(database, ORG_A) == {COPY}
+    assert await models_searched(database, ORG_B) == {DEFAULT_MODEL}, "B keeps its own model"
+
+
+async def test_an_organization_on_its_own_model_finds_its_own_and_the_platforms_documents(
+    running: Config, admin: asyncpg.Connection, database: Database, tenant_db: TenantDatabase
+) -> None:
+    """The knowledge source after an organization's switch: its documents under its new model,
+    the platform's under the platform's, in one brief; the flip refused while its source was
+    not ready under the new model."""
+    await upload_all(
+        running, (None, "docs://guide", PLATFORM_GUIDE), (ORG_A, "docs://handbook", HANDBOOK)
+    )
+    source = KnowledgeContextSource(tenant_db, Encoders(running.knowledge))
+    both = spec(include_organization=True, include_platform=True)
+
+    async def models_of(query: str) -> list[tuple[str, str]]:
+        items = await source.retrieve(knowledge_request(ORG_A, query), both)
+        assert items
+        rows = await admin.fetch(
+            "SELECT c.id, s.title, c.embedding_model FROM knowledge_chunks c"
+            " JOIN knowledge_sources s ON s.id = c.source_id WHERE c.id = ANY($1::bigint[])",
+            [int(item.ref.id) for item in items if item.ref is not None],
+        )
+        return sorted((r["title"], r["embedding_model"]) for r in rows)
+
+    question = "when does a lead become a customer, and can I get a refund?"
+    assert await models_of(question) == [
+        ("Handbook", DEFAULT_MODEL),
+        ("Platform guide", DEFAULT_MODEL),
+    ]
+    scope = ("--organization", str(ORG_A))
+    owner = running.with_("database", owner_url=database.owner_url)
+    code, out = await command(
+        owner, "switch", "prepare", COPY, "--dimensions", "384", *scope, "--apply"
+    )
+    assert code == 0, out
+    await until_ready(running, *scope)
+    await not_ready_under(admin, ORG_A, COPY)
+    code, out = await command(running, "switch", "flip", *scope, "--apply")
+    assert (code, "not ready under" in out) == (1, True), out
+    code, out = await command(
+        owner, "switch", "prepare", COPY, "--dimensions", "384", *scope, "--apply"
+    )
+    assert code == 0, out
+    await until_ready(running, *scope)
+    code, out = await command(running, "switch", "flip", *scope, "--apply")
+    assert code == 0, out
+    assert await models_of(question) == [("Handbook", COPY), ("Platform guide", DEFAULT_MODEL)]
+    code, out = await command(running, "switch", "clean", *scope, "--apply")
+    assert code == 0, out
+    assert await models_of(question) == [("Handbook", COPY), ("Platform guide", DEFAULT_MODEL)]

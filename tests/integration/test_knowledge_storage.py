@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -18,7 +20,7 @@ from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.ingest import Ingestion, Upload
 from contextcore.knowledge.objects import ObjectReader
 from contextcore.knowledge.sandbox import Cut, ModelWindow, TextSandbox
-from contextcore.knowledge.search import SEARCH
+from contextcore.knowledge.search import MODEL_MOVED, SEARCH
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from tests.integration.conftest import Config, Database
 
@@ -111,10 +113,22 @@ async def search(
     platform: bool = False,
     own: bool = True,
     limit: int = 10,
+    model: str = DEFAULT_MODEL,
 ) -> list[asyncpg.Record]:
     async with db.scoped(organization) as tenant:
         return await tenant.fetch(
-            SEARCH, store.vector_text(vector.tolist()), text, platform, own, limit, 40, 0.1, 200
+            SEARCH,
+            model,
+            store.vector_text(vector.tolist()),
+            text,
+            platform,
+            own,
+            limit,
+            None,  # chunks, not documents: these tests count chunks
+            40,
+            0.1,
+            0.0,
+            200,
         )
 
 
@@ -201,9 +215,10 @@ async def test_organization_a_never_reads_or_writes_organization_b_knowledge(
     # the function's own filter: asking for B's organization from A's scope reads nothing of B
     async with tenant_db.scoped(ORG_A) as tenant:
         rows = await tenant._conn.fetch(
-            "SELECT organization_id FROM knowledge_search($1, $2::vector, '', false, true, 10)",
+            "SELECT organization_id FROM knowledge_search($1, $3, $2::vector, '', false, true, 10)",
             ORG_B,
             store.vector_text(vectors[0].tolist()),
+            DEFAULT_MODEL,
         )
     assert rows == []
 
@@ -264,9 +279,14 @@ async def test_a_query_never_mixes_two_models_also_in_the_middle_of_a_switch(
         ORG_A,
         OTHER_MODEL,
     )
-    after = await search(tenant_db, ORG_A, vectors[0])
+    after = await search(tenant_db, ORG_A, vectors[0], model=OTHER_MODEL)
     assert len(after) == 6
     assert all(h["text"].startswith("new") for h in after)
+    # a query embedded by the model that was live before the flip is refused, not answered
+    # with the other model's chunks (the caller reads the live model again: search.py)
+    with pytest.raises(asyncpg.PostgresError) as refused:
+        await search(tenant_db, ORG_A, vectors[0])
+    assert refused.value.sqlstate == MODEL_MOVED
     # B still searches the platform's model
     assert await search(tenant_db, ORG_B, vectors[0]) == []
 
@@ -532,9 +552,10 @@ async def _plan(admin: asyncpg.Connection, organization: uuid.UUID, vector: np.n
             str(organization),
         )
         await admin.fetch(
-            "SELECT * FROM knowledge_search($1, $2::vector, '', false, true, 10)",
+            "SELECT * FROM knowledge_search($1, $3, $2::vector, '', false, true, 10)",
             organization,
             store.vector_text(vector.tolist()),
+            DEFAULT_MODEL,
         )
     await asyncio.sleep(0.2)  # asyncpg hands notices to listeners on later loop iterations
     admin.remove_log_listener(listen)
@@ -628,7 +649,18 @@ async def test_a_search_changes_no_setting_of_the_caller_transaction(
             " current_setting('hnsw.ef_search', true) AS ef"
         )
         hits = await tenant.fetch(
-            SEARCH, store.vector_text(vectors[0].tolist()), "x", False, True, 5, 40, 0.2, 300
+            SEARCH,
+            DEFAULT_MODEL,
+            store.vector_text(vectors[0].tolist()),
+            "x",
+            False,
+            True,
+            5,
+            None,
+            40,
+            0.2,
+            0.0,
+            300,
         )
         after = await tenant._conn.fetchrow(
             "SELECT current_setting('enable_sort') AS sort,"
@@ -638,3 +670,173 @@ async def test_a_search_changes_no_setting_of_the_caller_transaction(
     assert before is not None
     assert after is not None
     assert (after["sort"], after["ef"]) == ("on", before["ef"] or "40")
+
+
+@asynccontextmanager
+async def refused(conn: Any, error: type[Exception]) -> AsyncIterator[None]:
+    """The statement inside raises ``error``; a savepoint keeps the scope's transaction."""
+    await conn.execute("SAVEPOINT refused")
+    with pytest.raises(error):
+        yield
+    await conn.execute("ROLLBACK TO SAVEPOINT refused")
+
+
+async def test_the_word_reads_of_the_search_answer_only_the_callers_scope(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    """Issue 18: the full-text side reads as the owner (the GIN index is of no use under the
+    caller's row security), so its two functions check the scope themselves: from A's scope,
+    B's chunks are neither counted nor returned, and the search finds B's words nowhere."""
+    rng = np.random.default_rng(21)
+    await seed(admin, ORG_A, unit(rng, 2), texts=["alpha refunds", "alpha invoices"])
+    await seed(admin, ORG_B, unit(rng, 2), texts=["bravo secret merger", "bravo merger plan"])
+    await seed(admin, None, unit(rng, 1), texts=["platform merger guide"])
+    words = "ARRAY['merger'::tsquery, 'alpha'::tsquery]"
+    async with tenant_db.scoped(ORG_A) as tenant:
+        conn = tenant._conn
+        own = await conn.fetchval(
+            f"SELECT knowledge_word_counts($1, true, true, $2, {words})", ORG_A, DEFAULT_MODEL
+        )
+        assert own == [1, 2], "A's and the platform's chunks with each word"
+        for call in (
+            f"SELECT knowledge_word_counts($1, false, true, $2, {words})",
+            "SELECT count(*) FROM knowledge_word_candidates($1, false, true, $2,"
+            " 'merger'::tsquery, ARRAY['merger'::tsquery], ARRAY[1.0::float8], '{}', 10)",
+        ):
+            async with refused(conn, asyncpg.InsufficientPrivilegeError):
+                await conn.fetchval(call, ORG_B, DEFAULT_MODEL)
+        found = await tenant.fetch(
+            SEARCH,
+            DEFAULT_MODEL,
+            store.vector_text(unit(rng)[0].tolist()),
+            "merger",
+            True,
+            True,
+            10,
+            None,
+            40,
+            1.0,
+            0.0,
+            200,
+        )
+    assert {r["text"] for r in found if r["lexical"] > 0} == {"platform merger guide"}
+    assert all(r["organization_id"] in (ORG_A, None) for r in found)
+
+
+async def test_deletion_records_are_append_only_and_tenant_scoped(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    from contextcore.knowledge import admin as steps
+
+    rng = np.random.default_rng(22)
+    theirs = await seed(admin, ORG_B, unit(rng, 1))
+    async with tenant_db.writing(ORG_B) as tenant:
+        gone = await steps.delete_document(tenant, theirs, requested_by="b-admin")
+    assert gone is not None
+    async with tenant_db.writing(ORG_A) as tenant:
+        conn = tenant._conn
+        assert await conn.fetchval("SELECT count(*) FROM knowledge_deletions") == 0
+        assert await steps.deletions(tenant) == []
+        for statement in (
+            "UPDATE knowledge_deletions SET title = 'x'",
+            "DELETE FROM knowledge_deletions",
+        ):
+            async with refused(conn, asyncpg.InsufficientPrivilegeError):
+                await conn.execute(statement)
+        async with refused(conn, asyncpg.InsufficientPrivilegeError):  # row security: not A's
+            await conn.execute(
+                "INSERT INTO knowledge_deletions (organization_id, source_id, title,"
+                " identity, chunks) VALUES ($1, $2, 'forged', 'docs://x', 0)",
+                ORG_B,
+                uuid.uuid4(),
+            )
+    async with tenant_db.writing(ORG_B) as tenant:
+        [record] = await steps.deletions(tenant)
+    assert (record.source_id, record.requested_by) == (theirs, "b-admin")
+    assert record.login != "postgres", "the login is the session's, not what a caller says"
+
+
+async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
+    admin: asyncpg.Connection, tenants: None, database: Database, config: Config
+) -> None:
+    """Issue 18: the indexer job builds the index of a tenant that crossed the threshold (and
+    rebuilds one a failed concurrent build left invalid); the sweep's gauge counts the tenants
+    still without one, by the index's name as indexes.index_name gives it."""
+    from consumers.sweep.app import Sweeper, SweepSettings
+    from contextcore.settings import DatabaseSettings
+    from tests.integration.test_knowledge_admin import command
+
+    rng = np.random.default_rng(23)
+    await seed(admin, ORG_A, unit(rng, 4))
+    await seed(admin, ORG_B, unit(rng, 2))  # below the threshold: the exact scan is enough
+    sweeper = Sweeper(
+        SweepSettings(metrics_port=0, index_min_chunks=3),
+        DatabaseSettings.model_construct(url=database.url),
+        publisher=None,  # type: ignore[arg-type]  # nothing pending: nobody is told anything
+    )
+
+    async def unindexed() -> float | None:
+        await sweeper.sweep_once()
+        return sweeper.registry.get_sample_value("contextcore_knowledge_tenants_without_index")
+
+    assert await unindexed() == 1
+    owner = config.with_("database", owner_url=database.owner_url)
+    code, out = await command(owner, "index", "--min-chunks", "3")
+    assert (code, "to index" in out, "dry run" in out) == (0, True, True), out
+    assert await unindexed() == 1
+    code, out = await command(owner, "index", "--min-chunks", "3", "--apply")
+    assert code == 0, out
+    name = indexes.index_name(ORG_A, DEFAULT_MODEL)
+    assert f"built {name}" in out
+    assert await unindexed() == 0
+    # as a CREATE INDEX CONCURRENTLY that failed half way leaves it
+    await admin.execute(
+        "UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass", name
+    )
+    assert await unindexed() == 1
+    code, out = await command(owner, "index", "--min-chunks", "3", "--apply")
+    assert (code, f"built {name}" in out) == (0, True), out
+    assert await admin.fetchval(
+        "SELECT indisvalid FROM pg_index WHERE indexrelid = $1::regclass", name
+    )
+    assert await unindexed() == 0
+
+
+async def test_the_indexer_job_builds_as_tenants_grow_and_stops_on_sigterm(
+    admin: asyncpg.Connection, tenants: None, database: Database, config: Config
+) -> None:
+    import signal
+    import sys
+
+    owner = config.with_("database", owner_url=database.owner_url)
+    job = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "producers.knowledge_admin",
+        "index",
+        "--apply",
+        "--every",
+        "0.2",
+        "--min-chunks",
+        "3",
+        env=owner.environ(),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        name = indexes.index_name(ORG_A, DEFAULT_MODEL)
+        exists = "SELECT count(*) FROM pg_indexes WHERE indexname = $1"
+        await seed(admin, ORG_A, unit(np.random.default_rng(24), 2))
+        await asyncio.sleep(1.0)  # passes run; 2 chunks are below the threshold
+        assert await admin.fetchval(exists, name) == 0
+        await seed(admin, ORG_A, unit(np.random.default_rng(25), 2))  # the tenant grows
+        async with asyncio.timeout(60):
+            while True:
+                if await admin.fetchval(exists, name) == 1:
+                    break
+                await asyncio.sleep(0.2)
+    finally:
+        job.send_signal(signal.SIGTERM)
+        out, _ = await asyncio.wait_for(job.communicate(), 60)
+    assert job.returncode == 0, out.decode()
+    assert f"built {name}" in out.decode()

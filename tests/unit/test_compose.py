@@ -51,14 +51,19 @@ def test_every_consumer_is_a_service_on_the_runtime_login_with_a_health_check() 
         assert service["deploy"]["resources"]["limits"]["memory"]
 
 
-def test_only_the_schema_init_holds_the_owner_credential() -> None:
+def test_only_the_schema_jobs_hold_the_owner_credential() -> None:
+    """The provisioning, the migrations and the indexer (CREATE INDEX CONCURRENTLY), never a
+    consumer; the indexer holds no runtime credential beside it."""
     services = compose()["services"]
     holders = {
         name
         for name, service in services.items()
         if "CONTEXTCORE_DATABASE_OWNER_URL" in (service.get("environment") or {})
     }
-    assert holders == {"db-provision", "schema-init"}
+    assert holders == {"db-provision", "schema-init", "knowledge-indexer"}
+    indexer = services["knowledge-indexer"]
+    assert indexer["command"][:2] == ["contextcore-knowledge", "index"]
+    assert set(indexer["environment"]) == {"CONTEXTCORE_DATABASE_OWNER_URL"}
 
 
 def test_prometheus_scrapes_every_metrics_port_and_loads_the_rules() -> None:

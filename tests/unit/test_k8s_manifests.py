@@ -35,6 +35,7 @@ def test_every_object_validates() -> None:
         "v1/ConfigMap",
         "apps/v1/Deployment",
         "batch/v1/Job",
+        "batch/v1/CronJob",
         "kafka.strimzi.io/v1beta2/KafkaTopic",
         "keda.sh/v1alpha1/ScaledObject",
         "monitoring.coreos.com/v1/PodMonitor",
@@ -118,6 +119,14 @@ def test_each_consumer_is_probed_sized_and_holds_the_runtime_credential_only(
         assert secrets == ["contextcore-database-runtime"]
     (job,) = of_kind(objects, "Job").values()
     (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert [e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]] == [
+        "contextcore-database-owner"
+    ]
+    # the indexer: the owner's credential alone, one pass at a time
+    (indexer,) = of_kind(objects, "CronJob").values()
+    assert indexer["spec"]["concurrencyPolicy"] == "Forbid"
+    (container,) = indexer["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["contextcore-knowledge", "index", "--apply"]
     assert [e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]] == [
         "contextcore-database-owner"
     ]

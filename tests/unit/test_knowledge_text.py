@@ -94,7 +94,17 @@ def test_a_chunk_carries_its_section_and_never_crosses_it() -> None:
         (0, "Handbook > Pricing", "Team costs 20 euros."),
         (1, "Handbook > Refunds", "30 days."),
     ]
-    assert chunks[0].embedded == "Handbook > Pricing\nTeam costs 20 euros."
+
+
+def test_a_chunk_fills_the_window_across_paragraphs() -> None:
+    """The first chunk is what the model would see of the whole passage: a paragraph that does
+    not fit whole is cut, not pushed to the next chunk."""
+    first = " ".join(f"alpha{i}" for i in range(60))
+    second = " ".join(f"beta{i}" for i in range(200))
+    chunks = chunk("Doc", [Section((), [first, second])], TOKENIZER, WINDOW)
+    assert chunks[0].text.startswith(first + " beta0")
+    assert chunks[0].tokens >= WINDOW.max_tokens - 8
+    assert chunks[-1].text.endswith("beta199")
 
 
 def test_long_text_is_cut_within_the_window_with_overlap() -> None:

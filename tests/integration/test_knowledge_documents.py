@@ -1,0 +1,179 @@
+"""Documents an admin can list and delete (issue 18), on the real broker and PostgreSQL: uploaded
+through the upload topic to running consumers, listed and deleted through ``DocumentsClient``
+and ``contextcore-knowledge``, searched by the knowledge source."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+import pytest
+
+from broker.topics import ensure_topics, upload_topics
+from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
+from contextcore.knowledge.search import KnowledgeContextSource
+from contextcore.storage.tenancy import TenantDatabase
+from producers.documents import DocumentsClient
+from tests.integration.conftest import Config, StartConsumer
+from tests.integration.test_knowledge_admin import command
+from tests.integration.test_knowledge_pipeline import (
+    HANDBOOK,
+    ORG_A,
+    ORG_B,
+    knowledge_request,
+    spec,
+)
+
+pytestmark = pytest.mark.integration
+
+FAQ = """# FAQ
+
+## Invoices
+
+Invoices are sent by email on the first working day of each month.
+"""
+
+
+@pytest.fixture
+async def running(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> Config:
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
+    )
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    await asyncio.gather(
+        start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
+    )
+    return config
+
+
+async def test_a_deleted_document_leaves_search_at_once_and_may_be_uploaded_again(
+    running: Config, admin: asyncpg.Connection, tenant_db: TenantDatabase, encoder: Encoder
+) -> None:
+    async with running.knowledge_client() as knowledge:
+        handbook = await knowledge.upload(
+            organization_id=ORG_A,
+            title="Handbook",
+            media_type="text/markdown",
+            uri="docs://handbook",
+            content=HANDBOOK,
+        )
+        await knowledge.upload(
+            organization_id=ORG_A,
+            title="FAQ",
+            media_type="text/markdown",
+            uri="docs://faq",
+            content=FAQ,
+        )
+        theirs = await knowledge.upload(
+            organization_id=ORG_B,
+            title="Handbook",
+            media_type="text/markdown",
+            uri="docs://handbook",
+            content=HANDBOOK,
+        )
+    documents = DocumentsClient(tenant_db)
+    listed = await documents.documents(ORG_A)
+    assert [(d.title, d.status, d.chunks, d.model) for d in listed] == [
+        ("FAQ", "ready", 1, DEFAULT_MODEL),
+        ("Handbook", "ready", 3, DEFAULT_MODEL),
+    ]
+    assert listed[1].size_bytes == len(HANDBOOK.encode())
+    assert listed[1].identity == "docs://handbook"
+    assert listed[1].uploaded_at <= listed[0].uploaded_at
+    assert [d.title for d in await documents.documents(ORG_A, limit=1)] == ["FAQ"]
+    after = (listed[0].uploaded_at, listed[0].id)
+    assert [d.title for d in await documents.documents(ORG_A, after=after)] == ["Handbook"]
+
+    source = KnowledgeContextSource(tenant_db, _shared(encoder))
+    refund = knowledge_request(ORG_A, "can I get my money back after cancelling?")
+    own = spec(include_organization=True)
+    assert "full refund" in (await source.retrieve(refund, own))[0].body
+
+    # B's client reaches none of A's documents
+    assert [d.id for d in await documents.documents(ORG_B)] == [theirs.source_id]
+    assert await documents.delete(ORG_B, listed[0].id) is None
+    assert await documents.delete(ORG_B, identity="docs://faq") is None
+
+    gone = await documents.delete(ORG_A, identity="docs://handbook", requested_by="ops@a.example")
+    assert gone is not None
+    assert (gone.source_id, gone.chunks, gone.requested_by) == (
+        handbook.source_id,
+        3,
+        "ops@a.example",
+    )
+    assert gone.login == await admin.fetchval(
+        "SELECT usename FROM pg_user WHERE usename = $1", gone.login
+    )
+    assert not gone.login.startswith("postgres"), "the runtime login deleted it"
+    items = await source.retrieve(refund, own)
+    assert all("full refund" not in item.body for item in items), "gone from search at once"
+    left = await admin.fetchrow(
+        "SELECT (SELECT count(*) FROM knowledge_chunks WHERE source_id = $1) AS chunks,"
+        " (SELECT count(*) FROM knowledge_source_models WHERE source_id = $1) AS states",
+        handbook.source_id,
+    )
+    assert left is not None
+    assert (left["chunks"], left["states"]) == (0, 0)
+    assert (
+        await admin.fetchval(
+            "SELECT count(*) FROM knowledge_chunks WHERE source_id = $1", theirs.source_id
+        )
+        == 3
+    ), "B's copy of the same uri is untouched"
+    [record] = await documents.deletions(ORG_A)
+    assert (record.title, record.identity, record.chunks) == ("Handbook", "docs://handbook", 3)
+    assert await documents.deletions(ORG_B) == []
+    assert await documents.delete(ORG_A, handbook.source_id) is None, "deleted once"
+
+    async with running.knowledge_client() as knowledge:
+        again = await knowledge.upload(
+            organization_id=ORG_A,
+            title="Handbook",
+            media_type="text/markdown",
+            uri="docs://handbook",
+            content=HANDBOOK,
+        )
+    assert again.status == "ready"
+    assert again.source_id != handbook.source_id
+    assert "full refund" in (await source.retrieve(refund, own))[0].body
+
+
+async def test_the_admin_command_lists_and_deletes_within_its_scope(running: Config) -> None:
+    async with running.knowledge_client() as knowledge:
+        await knowledge.upload(
+            organization_id=ORG_A,
+            title="FAQ",
+            media_type="text/markdown",
+            uri="docs://faq",
+            content=FAQ,
+        )
+    a = ("--organization", str(ORG_A))
+    code, out = await command(running, "documents", *a)
+    assert code == 0, out
+    assert "ready" in out
+    assert "FAQ  [docs://faq]" in out
+    code, out = await command(
+        running, "delete", "--uri", "docs://faq", "--organization", str(ORG_B)
+    )
+    assert (code, "no document" in out) == (1, True), out
+    code, out = await command(running, "delete", "--uri", "docs://faq", *a)
+    assert (code, "dry run" in out) == (0, True), out
+    code, out = await command(
+        running, "delete", "--uri", "docs://faq", *a, "--by", "ops", "--apply"
+    )
+    assert (code, "deleted FAQ and its 1 chunk(s)" in out) == (0, True), out
+    code, out = await command(running, "documents", *a, "--deleted")
+    assert (code, "for ops  1 chunk(s)  FAQ  [docs://faq]" in out) == (0, True), out
+    code, out = await command(running, "documents", *a)
+    assert (code, "0 document(s)" in out) == (0, True), out
+
+
+def _shared(encoder: Encoder) -> Callable[[str], Awaitable[Encoder]]:
+    async def get(model: str) -> Encoder:
+        assert model == encoder.model
+        return encoder
+
+    return get
