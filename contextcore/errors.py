@@ -83,6 +83,11 @@ class ClientError(ContextcoreError):
     """A client call did not get the answer it asked for."""
 
 
+class PublishFailed(ClientError, InfrastructureUnavailable):
+    """The broker did not take the request (it timed out, or refused it): it was not sent, or
+    whether it was is unknown. Sending it again is safe: requests are idempotent by key."""
+
+
 class ReplyTimeout(ClientError):
     """No reply arrived in time; the request may still be answered later (and ignored)."""
 

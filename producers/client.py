@@ -24,11 +24,17 @@ from types import TracebackType
 from typing import Required, Self, TypedDict, Unpack
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import TopicSpec, delete_topics, ensure_topics, reach
-from contextcore.errors import InfrastructureUnavailable, ReplyTimeout, RequestRefused
+from contextcore.errors import (
+    InfrastructureUnavailable,
+    PublishFailed,
+    ReplyTimeout,
+    RequestRefused,
+)
 from contextcore.models import ContextBrief, ContextPolicy, ContextRequest
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 
@@ -59,6 +65,8 @@ class ChannelOptions(TypedDict, total=False):
     reply_topic_prefix: str
     fetch_max_wait_ms: int
     connect_timeout_s: float
+    max_in_flight: int
+    send_timeout_s: float
 
 
 def channel_options(kafka: KafkaSettings, topics: TopicSettings) -> ChannelOptions:
@@ -85,12 +93,22 @@ class ReplyChannel:
         reply_topic_prefix: str = "contextcore.reply",
         fetch_max_wait_ms: int = 500,
         connect_timeout_s: float = 10.0,
+        max_in_flight: int = 64,
+        send_timeout_s: float = 30.0,
     ) -> None:
+        """``max_in_flight``: sends that may wait for the broker at once; more wait in the
+        client, so a burst of calls never overruns the producer's buffer and its timeout.
+        ``send_timeout_s``: how long the broker has to take one (then :class:`PublishFailed`).
+        """
+        if max_in_flight < 1 or send_timeout_s <= 0:
+            raise ValueError("max_in_flight must be at least 1 and send_timeout_s positive")
         self.bootstrap_servers = bootstrap_servers
         self.client_id = uuid.uuid4().hex
         self.reply_topic = f"{reply_topic_prefix}.{self.client_id}"
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._connect_timeout_s = connect_timeout_s
+        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._send_timeout_s = send_timeout_s
         self._producer: AIOKafkaProducer | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._reader: asyncio.Task[None] | None = None
@@ -118,6 +136,7 @@ class ReplyChannel:
             acks="all",
             enable_idempotence=False,
             linger_ms=0,
+            request_timeout_ms=int(self._send_timeout_s * 1000),
         )
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
@@ -155,9 +174,22 @@ class ReplyChannel:
             self._on_reply(record.value or b"", record.offset)
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> None:
+        """Publish one request, at most ``max_in_flight`` at a time.
+
+        Raises:
+            PublishFailed: the broker did not take it within ``send_timeout_s`` or refused it.
+        """
         if self._producer is None:
             raise RuntimeError(f"{type(self).__name__}.start() was not called")
-        await self._producer.send_and_wait(topic, value, key=key)
+        async with self._in_flight:
+            try:
+                async with asyncio.timeout(self._send_timeout_s + 5):
+                    await self._producer.send_and_wait(topic, value, key=key)
+            except (KafkaError, TimeoutError) as error:
+                raise PublishFailed(
+                    f"the broker did not take the request on {topic} within"
+                    f" {self._send_timeout_s:g} s: {type(error).__name__} {error}"
+                ) from error
 
     def _on_reply(self, value: bytes, offset: int) -> None:
         raise NotImplementedError
@@ -202,6 +234,7 @@ class ContextClient(ReplyChannel):
         Raises:
             ReplyTimeout: no reply within ``timeout`` seconds; a reply that comes later is
                 ignored.
+            PublishFailed: the broker did not take the request.
         """
         envelope = BuildRequestV1(
             correlation_id=new_correlation_id(),
@@ -233,6 +266,7 @@ class ContextClient(ReplyChannel):
         Raises:
             BuildFailed: the service answered with an error (invalid request, policy, …).
             ReplyTimeout: no reply within ``timeout`` seconds.
+            PublishFailed: the broker did not take the request.
         """
         reply = await self.request(request, policy, timeout=timeout)
         if reply.status == "error":

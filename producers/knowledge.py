@@ -22,8 +22,9 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import ReplyTimeout, RequestRefused
+from contextcore.errors import ClientError, ReplyTimeout, RequestRefused
 from producers.client import ChannelOptions, ReplyChannel, channel_options, new_correlation_id
+from producers.staging import INLINE_BYTES, Stage, object_name
 from schemas.upload import InlineContent, ReingestRequestV1, UploadRequestV1, UploadStatusV1
 
 log = logging.getLogger("contextcore.client")
@@ -45,6 +46,10 @@ class UploadFailed(RequestRefused):
     def __init__(self, status: UploadStatusV1) -> None:
         self.status = status
         super().__init__(status.status, status.reason or status.status, status.details)
+
+
+class DocumentTooLarge(ClientError, ValueError):
+    """The file does not fit one record: upload it through a stage."""
 
 
 class UploadSuperseded(UploadFailed):
@@ -100,6 +105,7 @@ class KnowledgeClient(ReplyChannel):
             UploadSuperseded: a later upload of the same document replaced this one first.
             UploadFailed: the upload was rejected or its source failed (with the reason).
             ReplyTimeout: no final status within ``timeout`` seconds.
+            PublishFailed: the broker did not take the upload.
         """
         inline = None
         if isinstance(content, str):
@@ -137,6 +143,7 @@ class KnowledgeClient(ReplyChannel):
             UploadSuperseded: (``wait``) a later upload of the source replaced this one first.
             UploadFailed: (``wait``) the re-ingestion was refused or the source failed.
             ReplyTimeout: (``wait``) no final status within ``timeout`` seconds.
+            PublishFailed: the broker did not take the request.
         """
         correlation_id = new_correlation_id()
         message = ReingestRequestV1(
@@ -178,20 +185,46 @@ class KnowledgeClient(ReplyChannel):
         title: str | None = None,
         media_type: str | None = None,
         uri: str | None = None,
+        stage: Stage | None = None,
         timeout: float = 300.0,
     ) -> UploadStatusV1:
-        """Upload a local file inline (its bytes travel in the record: keep it under the
-        broker's record limit; larger documents go through ``object``)."""
+        """Upload a local file: inline when it fits one record (:data:`INLINE_BYTES`), else by
+        reference through ``stage`` (see :mod:`producers.staging`; always, when given). A staged
+        document's identity is its object, named after ``uri`` (default: the file's own URI), so
+        a new version of the same file updates the same source.
+
+        Raises:
+            DocumentTooLarge: the file does not fit one record and no ``stage`` was given.
+            OSError: the file cannot be read, or staged.
+            UploadSuperseded, UploadFailed, ReplyTimeout, PublishFailed: as :meth:`upload`.
+        """
         kind = media_type or MEDIA_TYPES.get(path.suffix.lower())
         if kind is None:
             raise ValueError(f"cannot tell the media type of {path.name}: give media_type")
-        data = await asyncio.to_thread(path.read_bytes)
         resolved = await asyncio.to_thread(path.resolve)
+        identity = uri or resolved.as_uri()
+        size = (await asyncio.to_thread(path.stat)).st_size
+        if stage is not None:
+            name = object_name(organization_id, identity, path.suffix)
+            address = await stage.put(path, name)
+            return await self.upload(
+                organization_id=organization_id,
+                title=title or path.stem,
+                media_type=kind,
+                object=address,
+                timeout=timeout,
+            )
+        if size > INLINE_BYTES:
+            raise DocumentTooLarge(
+                f"{path.name} is {size} bytes; an inline upload carries {INLINE_BYTES} at most:"
+                " stage it where the upload consumer reads (a file root or an S3 bucket)"
+            )
+        data = await asyncio.to_thread(path.read_bytes)
         return await self.upload(
             organization_id=organization_id,
             title=title or path.stem,
             media_type=kind,
-            uri=uri or resolved.as_uri(),
+            uri=identity,
             content=data,  # base64 on the wire: the consumer decodes text as UTF-8 itself
             timeout=timeout,
         )

@@ -1,5 +1,11 @@
 """``contextcore-upload FILE (--organization ID | --platform)``: upload a document, wait for it.
 
+A file that does not fit one record (about 675 KB) goes by reference: ``--stage-dir DIR`` (the
+upload consumer's file root, shared with this machine; ``--stage-root`` names it as the consumer
+sees it) or ``--stage-s3 BUCKET`` (a bucket the consumer reads; credentials from the
+environment, ``--s3-endpoint`` for an S3-compatible server). Without either it is refused before
+anything is sent.
+
 Prints the final status as JSON. Exit status (``contextcore.errors.exit_code``): 0 when the
 source is ready; 1 when it was rejected, failed or superseded by a later upload of the same
 document (the reason is printed); 2 when the broker is unreachable or no final status came in
@@ -17,9 +23,15 @@ from uuid import UUID
 from broker.settings import KafkaSettings, TopicSettings
 from contextcore.errors import run_command
 from producers.knowledge import KnowledgeClient
+from producers.staging import FileStage, S3Stage, Stage
 
 
 async def _upload(args: argparse.Namespace) -> int:
+    stage: Stage | None = None
+    if args.stage_dir is not None:
+        stage = FileStage(args.stage_dir, args.stage_root)
+    elif args.stage_s3 is not None:
+        stage = S3Stage(args.stage_s3, args.s3_endpoint, args.s3_region)
     async with KnowledgeClient.from_settings(KafkaSettings(), TopicSettings()) as client:
         status = await client.upload_file(
             args.file,
@@ -27,6 +39,7 @@ async def _upload(args: argparse.Namespace) -> int:
             title=args.title,
             media_type=args.media_type,
             uri=args.uri,
+            stage=stage,
             timeout=args.timeout,
         )
     print(status.model_dump_json(indent=2))
@@ -43,6 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--media-type", help="default: from the suffix (.txt .md .html .pdf)")
     parser.add_argument("--uri", help="the source's identity (default: the file's URI)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (300)")
+    staged = parser.add_mutually_exclusive_group()
+    staged.add_argument("--stage-dir", type=Path, help="the upload consumer's file root, here")
+    staged.add_argument("--stage-s3", metavar="BUCKET", help="a bucket the consumer reads")
+    parser.add_argument("--stage-root", help="--stage-dir as the consumer sees it (its path)")
+    parser.add_argument("--s3-endpoint", help="an S3-compatible server's URL")
+    parser.add_argument("--s3-region")
     args = parser.parse_args(argv)
     return run_command(
         "contextcore-upload", lambda: asyncio.run(_upload(args)), expected=(OSError, ValueError)

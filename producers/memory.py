@@ -66,6 +66,7 @@ class MemoryClient(ReplyChannel):
 
         Raises:
             ReplyTimeout: no answer within ``timeout`` seconds.
+            PublishFailed: the broker did not take the call.
         """
         message = RememberV1(
             action="remember",
@@ -89,6 +90,7 @@ class MemoryClient(ReplyChannel):
 
         Raises:
             ReplyTimeout: no answer within ``timeout`` seconds.
+            PublishFailed: the broker did not take the call.
         """
         message = ForgetV1(
             action="forget",

@@ -6,10 +6,12 @@ import asyncio
 import re
 import urllib.request
 import uuid
+from typing import Any
 
 import pytest
-from aiokafka import TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from contextcore.errors import PublishFailed
 from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ContextSubject
 from producers.client import BuildFailed, ContextClient, ReplyTimeout
 from schemas.build import BuildReplyV1
@@ -71,6 +73,63 @@ async def test_client_times_out_when_nobody_answers(config: Config) -> None:
     async with ContextClient.from_settings(config.kafka, config.topics) as client:
         with pytest.raises(ReplyTimeout, match=r"no reply to \w+ within 0.5 s"):
             await client.build(REQUEST, POLICY, timeout=0.5)
+
+
+async def test_a_burst_of_uploads_waits_in_the_client_and_every_one_is_sent(
+    config: Config,
+) -> None:
+    """Issue 18: 4,679 concurrent uploads once exhausted the producer's buffer and its 40 s
+    timeout (aiokafka's KafkaTimeoutError). Sends beyond ``max_in_flight`` wait in the
+    client; every one reaches the topic."""
+    from producers.knowledge import KnowledgeClient
+
+    topic = f"burst-{uuid.uuid4().hex[:8]}"
+    client = KnowledgeClient(
+        bootstrap_servers=config.bootstrap,
+        upload_topic=topic,
+        reply_topic_prefix=config.topics.reply_prefix,
+        max_in_flight=3,
+    )
+    async with client:
+        assert client._producer is not None
+        send = client._producer.send_and_wait
+        busy, most = 0, 0
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal busy, most
+            busy += 1
+            most = max(most, busy)
+            try:
+                return await send(*args, **kwargs)
+            finally:
+                busy -= 1
+
+        client._producer.send_and_wait = counted
+        await asyncio.gather(
+            *(client.reingest(organization_id=None, source_id=uuid.uuid4()) for _ in range(200))
+        )
+    assert most == 3
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=config.bootstrap, auto_offset_reset="earliest"
+    )
+    await consumer.start()
+    try:
+        got = 0
+        async with asyncio.timeout(60):
+            while got < 200:
+                batches = await consumer.getmany(timeout_ms=500)
+                got += sum(len(records) for records in batches.values())
+    finally:
+        await consumer.stop()
+    assert got == 200
+
+
+async def test_a_request_the_broker_does_not_take_is_a_documented_error(config: Config) -> None:
+    """A record the broker refuses (here: over the producer's request size) is PublishFailed,
+    which the client documents, never one of aiokafka's exceptions."""
+    async with ContextClient.from_settings(config.kafka, config.topics) as client:
+        with pytest.raises(PublishFailed, match="did not take the request"):
+            await client._send(config.topics.build_request, b"x" * 2_000_000, b"k")
 
 
 async def run_serve(settings: Config) -> tuple[int, str]:

@@ -15,7 +15,8 @@ import asyncpg
 import pytest
 
 from broker.topics import ensure_topics, upload_topics
-from producers.knowledge import KnowledgeClient, UploadFailed
+from producers.knowledge import DocumentTooLarge, KnowledgeClient, UploadFailed
+from producers.staging import INLINE_BYTES, FileStage, S3Stage
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import free_port
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
@@ -215,3 +216,49 @@ async def test_named_pipes_neither_block_nor_outlive_the_consumer(
         )
         assert ready.status == "ready"
     assert await upload.stop() == 0
+
+
+def large_markdown(path: Path, version: str) -> Path:
+    """A document past what one record carries (its sections different enough to chunk)."""
+    sections = [
+        f"## Topic {i}\n\nVersion {version}: paragraph {i} explains setting number {i} of the"
+        f" product, its default {i * 7} and the reason {i % 13} why it matters. " * 3
+        for i in range(1_900)
+    ]
+    path.write_text("# Manual\n\n" + "\n\n".join(sections))
+    assert path.stat().st_size > INLINE_BYTES
+    return path
+
+
+async def test_a_file_too_large_for_a_record_goes_by_reference_through_either_stage(
+    client: KnowledgeClient, uploads: Config, admin: asyncpg.Connection, s3: str, tmp_path: Path
+) -> None:
+    """Issue 18: a file over the record's limit is refused before anything is sent, unless a
+    stage is given: the upload consumer's file root, or an S3 bucket it reads; a new version
+    of the same file updates the same source."""
+    manual = large_markdown(tmp_path / "manual.md", "one")
+    with pytest.raises(DocumentTooLarge, match="stage it"):
+        await client.upload_file(manual, organization_id=ORG_A)
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_sources") == 0
+    assert uploads.upload.file_root is not None
+    on_disk = FileStage(uploads.upload.file_root)
+    first = await client.upload_file(manual, organization_id=ORG_A, stage=on_disk)
+    assert first.status == "ready"
+    assert first.chunks is not None
+    assert first.chunks > 100
+    again = await client.upload_file(
+        large_markdown(manual, "two"), organization_id=ORG_A, stage=on_disk
+    )
+    assert (again.status, again.source_id, again.generation) == ("ready", first.source_id, 2)
+    assert (
+        await admin.fetchval("SELECT count(*) FROM knowledge_chunks WHERE text LIKE 'Version one%'")
+        == 0
+    ), "the first version's chunks went with its generation"
+    in_bucket = await client.upload_file(
+        manual, organization_id=ORG_A, stage=S3Stage(BUCKET, s3, "us-east-1"), uri="docs://m"
+    )
+    assert in_bucket.status == "ready"
+    key = await admin.fetchval(
+        "SELECT object_key FROM knowledge_sources WHERE id = $1", in_bucket.source_id
+    )
+    assert key.startswith(f"{BUCKET}/{ORG_A}/"), "under the organization's prefix, as required"
