@@ -1,6 +1,7 @@
 """Ingestion end to end against the model alone, on the same machine in the same run.
 
     python -m bench.ingest [--documents 60] [--backend openvino]
+    python -m bench.ingest --small 4000     # many one-passage documents instead
 
 Uploads real documentation (git's HTML manual pages, package ``git-doc``, fetched by
 ``bench.corpora``) through the upload topic to a running upload consumer and embedding consumer
@@ -13,9 +14,9 @@ a user would, and once through our encoder, whose batches cut by word pieces mak
 raw encode here (the strictest baseline).
 
 Printed: documents, chunks and passages per second of the pipeline; raw encode rates; the two
-ratios (pipeline / raw configured backend, target >= 0.95, to both of its baselines;
-pipeline / sentence-transformers on torch fp32, target >= 2.5); the CPU seconds each process
-used while ingesting; and the peak RSS of each consumer process (VmHWM).
+ratios (pipeline / raw configured backend, target >= 0.9, >= 0.8 with ``--small``, to both of
+its baselines; pipeline / sentence-transformers on torch fp32, target >= 2.5); the CPU seconds
+each process used while ingesting; and the peak RSS of each consumer process (VmHWM).
 """
 
 from __future__ import annotations
@@ -32,13 +33,14 @@ from collections.abc import Callable
 
 import asyncpg
 
-from bench.corpora import CACHE, fetch
+from bench.corpora import CACHE, fetch, held_out
 from bench.processes import (
     machine_busy_seconds,
     peak_rss_mb,
     start_consumer,
     tree_cpu_seconds,
 )
+from bench.quality import cpu_flags
 from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, upload_topics
@@ -52,9 +54,18 @@ def documents(count: int) -> list[tuple[str, bytes]]:
     return [(page.stem, page.read_bytes()) for page in pages]
 
 
+def passages(count: int) -> list[tuple[str, bytes]]:
+    """``count`` passages of the Python documentation (the held-out set's documents), each a
+    document of its own, as a help centre's articles are uploaded one by one."""
+    return [(f"passage-{i:05d}", d.text.encode()) for i, d in enumerate(held_out().documents)][
+        :count
+    ]
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.ingest", description=__doc__)
     parser.add_argument("--documents", type=int, default=60)
+    parser.add_argument("--small", type=int, default=0, help="that many one-passage documents")
     parser.add_argument("--backend", default="openvino")
     parser.add_argument("--embed-in-flight", type=int, default=None, help="default: the setting's")
     parser.add_argument(
@@ -97,8 +108,9 @@ async def main() -> None:
     }
     if args.embed_in_flight is not None:
         env["CONTEXTCORE_EMBED_MAX_IN_FLIGHT"] = str(args.embed_in_flight)
-    docs = documents(args.documents)
-    print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of HTML")
+    docs = passages(args.small) if args.small else documents(args.documents)
+    media_type = "text/plain" if args.small else "text/html"
+    print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of {media_type}")
     upload = start_consumer("upload", env)
     embed = start_consumer("embed", env)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
@@ -130,9 +142,9 @@ async def main() -> None:
                 "scope": "organization",
                 "organization_id": str(organization),
                 "title": stem,
-                "media_type": "text/html",
+                "media_type": media_type,
                 "idempotency_key": f"{tag}-{stem}",
-                "uri": f"git-doc://{stem}",
+                "uri": f"bench://{stem}",
                 "content": {"text": html.decode()},
             }
             producer.produce(topics.upload, json.dumps(message).encode(), key=stem.encode())
@@ -191,8 +203,10 @@ async def main() -> None:
             rates[name] = len(texts) / (time.perf_counter() - begun)
             print(f"raw encode, {name} ({encoder.backend}): {rates[name]:.1f} passages/s")
     pipeline = len(texts) / elapsed
+    target = 0.8 if args.small else 0.9  # issue 18: many small documents, and large ones
+    print(f"CPU flags: {cpu_flags() or 'none of avx512_bf16, amx_bf16, amx_int8, amx_tile'}")
     for name in (f"our encoder, {args.backend}", f"sentence-transformers, {args.backend}"):
-        print(f"pipeline / raw {name}: {pipeline / rates[name]:.2f} (target >= 0.95)")
+        print(f"pipeline / raw {name}: {pipeline / rates[name]:.2f} (target >= {target})")
     print(
         "pipeline / raw sentence-transformers, torch fp32 (what LangChain and LlamaIndex run): "
         f"{pipeline / rates['sentence-transformers, torch']:.2f} (target >= 2.5)"

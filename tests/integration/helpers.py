@@ -13,6 +13,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from broker.topics import TopicSpec, ensure_topics
+from contextcore.knowledge.encoder import Encoder
 from contextcore.memory.models import Invoker
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 
@@ -213,3 +214,13 @@ async def until_true(check: Callable[[], Awaitable[bool]], *, timeout: float = 3
     async with asyncio.timeout(timeout):
         while not await check():  # noqa: ASYNC110
             await asyncio.sleep(0.2)
+
+
+def only_encoder(encoder: Encoder) -> Callable[[str], Awaitable[Encoder]]:
+    """The knowledge source's ``encoders`` for a process that knows one model."""
+
+    async def get(model: str) -> Encoder:
+        assert model == encoder.model
+        return encoder
+
+    return get

@@ -164,12 +164,7 @@ async def test_a_model_switch_runs_its_four_steps_in_order_and_never_mixes_model
         running, "switch", "prepare", COPY, "--dimensions", "384", *scope, "--apply"
     )
     assert code == 0, out
-    async with asyncio.timeout(60):
-        while True:
-            code, out = await command(running, "switch", "status", *scope)
-            if code == 0:
-                break
-            await asyncio.sleep(0.5)
+    await until_ready(running, *scope)
     assert await models_searched(database, ORG_A) == {DEFAULT_MODEL}, "not flipped yet"
     code, out = await command(running, "switch", "flip", *scope, "--apply")
     assert code == 0, out

@@ -5,7 +5,6 @@ and ``contextcore-knowledge``, searched by the knowledge source."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -16,6 +15,7 @@ from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from producers.documents import DocumentsClient
 from tests.integration.conftest import Config, StartConsumer
+from tests.integration.helpers import only_encoder
 from tests.integration.test_knowledge_admin import command
 from tests.integration.test_knowledge_pipeline import (
     HANDBOOK,
@@ -87,7 +87,7 @@ async def test_a_deleted_document_leaves_search_at_once_and_may_be_uploaded_agai
     after = (listed[0].uploaded_at, listed[0].id)
     assert [d.title for d in await documents.documents(ORG_A, after=after)] == ["Handbook"]
 
-    source = KnowledgeContextSource(tenant_db, _shared(encoder))
+    source = KnowledgeContextSource(tenant_db, only_encoder(encoder))
     refund = knowledge_request(ORG_A, "can I get my money back after cancelling?")
     own = spec(include_organization=True)
     assert "full refund" in (await source.retrieve(refund, own))[0].body
@@ -169,11 +169,3 @@ async def test_the_admin_command_lists_and_deletes_within_its_scope(running: Con
     assert (code, "for ops  1 chunk(s)  FAQ  [docs://faq]" in out) == (0, True), out
     code, out = await command(running, "documents", *a)
     assert (code, "0 document(s)" in out) == (0, True), out
-
-
-def _shared(encoder: Encoder) -> Callable[[str], Awaitable[Encoder]]:
-    async def get(model: str) -> Encoder:
-        assert model == encoder.model
-        return encoder
-
-    return get

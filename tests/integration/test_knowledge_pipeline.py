@@ -22,7 +22,7 @@ from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient, UploadFailed, UploadSuperseded
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
 from tests.integration.conftest import Config, StartConsumer
-from tests.integration.helpers import producer, read_json
+from tests.integration.helpers import only_encoder, producer, read_json
 
 pytestmark = pytest.mark.integration
 
@@ -128,7 +128,7 @@ async def test_an_upload_becomes_ready_and_the_knowledge_source_finds_it(
     assert {r["correlation_id"] for r in replies} == {"c-1"}
     ready = replies[1]
     assert ready["chunks"] == 3  # one per section: each fits the window
-    source = KnowledgeContextSource(tenant_db, _shared(encoder))
+    source = KnowledgeContextSource(tenant_db, only_encoder(encoder))
     items = await source.retrieve(
         knowledge_request(ORG_A, "can I get my money back after cancelling?"),
         spec(include_organization=True),
@@ -138,14 +138,6 @@ async def test_an_upload_becomes_ready_and_the_knowledge_source_finds_it(
     assert "full refund" in items[0].body
     assert items[0].ref is not None
     assert items[0].ref.kind == "knowledge_chunk"
-
-
-def _shared(encoder: Encoder) -> Any:
-    async def get(model: str) -> Encoder:
-        assert model == encoder.model
-        return encoder
-
-    return get
 
 
 @pytest.fixture
