@@ -19,6 +19,8 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from uuid import UUID
 
+import asyncpg
+
 from contextcore.knowledge import admin
 from contextcore.knowledge.admin import Deletion, Document
 from contextcore.settings import DatabaseSettings
@@ -79,17 +81,27 @@ class DocumentsClient:
         (``identity``) names; ``None`` when the scope has no such document.
 
         Raises:
-            ValueError: neither or both of ``source_id`` and ``identity`` were given.
+            ValueError: neither or both of ``source_id`` and ``identity`` were given, or the
+                identity names two documents.
+            asyncpg.DeadlockDetectedError: three attempts met an embedding batch in the way.
         """
         if (source_id is None) == (identity is None):
             raise ValueError("name the document by exactly one of its id or its identity")
-        async with self.database.writing(scope) as tenant:
-            if identity is not None:
-                source_id = await admin.find_document(tenant, identity)
-                if source_id is None:
-                    return None
-            assert source_id is not None
-            return await admin.delete_document(tenant, source_id, requested_by=requested_by)
+        for attempt in range(1, 4):
+            try:
+                async with self.database.writing(scope) as tenant:
+                    if identity is not None:
+                        source_id = await admin.find_document(tenant, identity)
+                        if source_id is None:
+                            return None
+                    assert source_id is not None
+                    return await admin.delete_document(tenant, source_id, requested_by=requested_by)
+            except asyncpg.DeadlockDetectedError:
+                # an embedding batch of the document held its rows in the other order: the
+                # database chose this transaction; the next attempt waits for the batch
+                if attempt == 3:
+                    raise
+        raise AssertionError("unreachable")
 
     async def deletions(self, scope: Scope, *, limit: int = 100) -> list[Deletion]:
         """The scope's deleted documents, newest first."""

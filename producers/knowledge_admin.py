@@ -104,7 +104,10 @@ async def _delete(
 ) -> int:
     async with _scope(scope) as tenant:
         if uri is not None:
-            source_id = await admin.find_document(tenant, uri)
+            try:
+                source_id = await admin.find_document(tenant, uri)
+            except ValueError as error:
+                raise Refused(str(error)) from error
         state = None if source_id is None else await store.source(tenant, source_id)
     if state is None or source_id is None:
         raise Refused(f"no document {source_id or uri} in this scope")

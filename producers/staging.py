@@ -7,7 +7,9 @@ and the upload names it (``object``):
 
 * :class:`FileStage`: a directory the consumer reads as its upload root
   (``CONTEXTCORE_UPLOAD_FILE_ROOT``), shared with the client (a volume); the file is written
-  beside its final name and renamed into place, so the consumer never reads half of it.
+  beside its final name and renamed into place, so the consumer never reads half of it, in the
+  organization's folder (which the consumer requires), readable by the user and its group only
+  (the consumer runs as the client's user or in its group).
 * :class:`S3Stage`: a bucket the consumer reads (``CONTEXTCORE_UPLOAD_S3_BUCKETS``), under the
   organization's prefix (``<organization id>/``, ``platform/``), which the consumer requires.
 
@@ -65,7 +67,7 @@ class FileStage:
 
     def _copy(self, path: Path, name: str) -> None:
         target = self.directory / name
-        target.parent.mkdir(parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".upload-", delete=False) as out:
             try:
                 with path.open("rb") as source:
@@ -75,7 +77,7 @@ class FileStage:
             except BaseException:
                 os.unlink(out.name)
                 raise
-        os.chmod(out.name, 0o644)
+        os.chmod(out.name, 0o640)  # the consumer shares this user or its group
         os.replace(out.name, target)
 
 

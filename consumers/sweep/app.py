@@ -57,7 +57,7 @@ class SweepSettings(BaseSettings):
     redelivery older than this would apply its effect again."""
     journal_retention_s: float = Field(default=7 * 86_400, ge=3_600)
     prune_batch: int = Field(default=10_000, ge=1, le=1_000_000)
-    index_min_chunks: int = Field(default=indexes.MIN_CHUNKS, ge=1)
+    index_min_chunks: int = Field(default=indexes.MIN_CHUNKS, ge=100)
     """The size at which a tenant should have its own HNSW index (the indexer job's
     ``--min-chunks``): the gauge counts the tenants past it without one."""
 

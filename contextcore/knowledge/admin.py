@@ -16,8 +16,8 @@ organization that has none, so it waits for their sources too: the platform's ``
 for them (:func:`followers_to_embed`, as the owner) and its ``flip`` is refused while any is not
 ready (migration 00019).
 
-Documents: :func:`documents` lists a scope's, :func:`delete_document` deletes one with its chunks
-and records the deletion (migration 00018).
+Documents: :func:`documents` lists a scope's, :func:`delete_document` deletes one with its chunks;
+a trigger records the deletion (migrations 00018, 00021).
 """
 
 from __future__ import annotations
@@ -285,9 +285,11 @@ LIMIT $5
 DOCUMENT_BY_IDENTITY = TenantQuery(
     "knowledge.document_by_identity",
     """
--- knowledge.document_by_identity: the source of this scope a uri or object key names.
+-- knowledge.document_by_identity: the sources of this scope a uri or object key names (a uri of
+-- one may equal the object key of another: both are returned, and the caller refuses).
 SELECT id FROM knowledge_sources
 WHERE organization_id IS NOT DISTINCT FROM $1 AND (uri = $2 OR object_key = $2)
+LIMIT 2
 """,
 )
 
@@ -295,28 +297,29 @@ DELETE_DOCUMENT = TenantQuery(
     "knowledge.delete_document",
     """
 -- knowledge.delete_document: the source goes, and with it (ON DELETE CASCADE) its per-model
--- rows and its chunks, in this transaction: the document leaves every search at once. The
--- deletion is recorded (migration 00018); the chunk count is read before the delete (a
--- statement's parts share its snapshot). The uploader of a pending generation is returned,
--- to be told.
-WITH counted AS (
-    SELECT count(*)::integer AS chunks FROM knowledge_chunks
-    WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2
-), gone AS (
-    DELETE FROM knowledge_sources s
-    WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2
-    RETURNING s.id, s.organization_id, s.title, coalesce(s.uri, s.object_key) AS identity,
-              s.status, s.reply_to, s.correlation_id
-), recorded AS (
-    INSERT INTO knowledge_deletions (organization_id, source_id, title, identity, chunks,
-                                     requested_by)
-    SELECT g.organization_id, g.id, g.title, g.identity, counted.chunks, $3
-    FROM gone g, counted
-    RETURNING id, chunks, login, deleted_at
+-- rows and its chunks, in this transaction: the document leaves every search at once. A trigger
+-- records the deletion (migration 00021), with who asked ($3, through the transaction's
+-- setting, read before any row goes). The uploader of a pending generation is returned, to be
+-- told.
+WITH asked AS (
+    SELECT set_config('contextcore.requested_by', coalesce($3::text, ''), true) AS done
 )
-SELECT g.id, g.title, g.identity, g.status, g.reply_to, g.correlation_id, r.chunks, r.login,
-       r.deleted_at
-FROM gone g, recorded r
+DELETE FROM knowledge_sources s
+WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2
+  AND (SELECT done IS NOT NULL FROM asked)
+RETURNING s.id, s.title, coalesce(s.uri, s.object_key) AS identity, s.status, s.reply_to,
+          s.correlation_id
+""",
+)
+
+DELETION_OF = TenantQuery(
+    "knowledge.deletion_of",
+    """
+-- knowledge.deletion_of: the record the trigger wrote of a source's deletion.
+SELECT chunks, login, requested_by, deleted_at FROM knowledge_deletions
+WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2
+ORDER BY id DESC
+LIMIT 1
 """,
 )
 
@@ -412,9 +415,15 @@ async def documents(
 
 
 async def find_document(tenant: TenantConnection, identity: str) -> UUID | None:
-    """The source of this scope a uri or object key names."""
-    found: UUID | None = await tenant.fetchval(DOCUMENT_BY_IDENTITY, identity)
-    return found
+    """The source of this scope a uri or object key names.
+
+    Raises:
+        ValueError: two documents answer to it (one's uri is another's object key).
+    """
+    rows = await tenant.fetch(DOCUMENT_BY_IDENTITY, identity)
+    if len(rows) > 1:
+        raise ValueError(f"{identity!r} names two documents of this scope: name one by its id")
+    return rows[0]["id"] if rows else None
 
 
 async def delete_document(
@@ -425,14 +434,16 @@ async def delete_document(
     row = await tenant.fetchrow(DELETE_DOCUMENT, source_id, requested_by)
     if row is None:
         return None
+    record = await tenant.fetchrow(DELETION_OF, source_id)
+    assert record is not None, "migration 00021's trigger records every deletion"
     return Deletion(
         row["id"],
         row["title"],
         row["identity"],
-        row["chunks"],
-        row["login"],
-        requested_by,
-        row["deleted_at"],
+        record["chunks"],
+        record["login"],
+        record["requested_by"],
+        record["deleted_at"],
         row["status"],
         row["reply_to"],
         row["correlation_id"],

@@ -9,7 +9,9 @@ refuses, before a source exists and before a byte is read, what this service wil
   with ``tenant_prefixes`` (the default), a key that does not start with the uploader's
   organization id and a slash (``platform/`` for the platform's documents). The endpoint is
   configuration, never the address, so an address cannot send the signed request elsewhere.
-* files: anything when no ``file_root`` is set, and any path outside it.
+* files: anything when no ``file_root`` is set, and any path outside it; with
+  ``tenant_prefixes``, a path not under the uploader's folder of the root (``<organization
+  id>/``, ``platform/``), as for S3 keys: one tenant never names another's file.
 
 A file is opened one path component at a time from the root with ``O_NOFOLLOW`` (a symbolic
 link anywhere is refused, so a link swapped in after the check cannot lead out), the last one
@@ -143,17 +145,20 @@ class ObjectReader:
         Raises:
             ObjectError: why.
         """
+        prefix = "platform" if organization_id is None else str(organization_id)
         if address.scheme == "file":
-            self._relative(address.key)
+            components = self._relative(address.key)
+            if self.tenant_prefixes and (len(components) < 2 or components[0] != prefix):
+                raise ObjectError(
+                    f"the file must be under {prefix + '/'!r} of the upload root for this scope"
+                )
             return
         if not self.buckets:
             raise ObjectError("s3:// uploads are off (no CONTEXTCORE_UPLOAD_S3_BUCKETS)")
         if address.bucket not in self.buckets:
             raise ObjectError(f"the bucket {address.bucket!r} is not one this service reads")
-        if self.tenant_prefixes:
-            prefix = "platform/" if organization_id is None else f"{organization_id}/"
-            if not address.key.startswith(prefix):
-                raise ObjectError(f"the object key must start with {prefix!r} for this scope")
+        if self.tenant_prefixes and not address.key.startswith(prefix + "/"):
+            raise ObjectError(f"the object key must start with {prefix + '/'!r} for this scope")
 
     async def read(self, address: ObjectAddress, organization_id: UUID | None) -> bytes:
         self.check(address, organization_id)

@@ -32,13 +32,14 @@ async def test_each_bomb_ends_in_a_status_within_its_limit(
     config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection, tmp_path: Path
 ) -> None:
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", ORG_A)
-    root = tmp_path / "uploads"
-    root.mkdir()
+    uploads = tmp_path / "uploads"
+    root = uploads / str(ORG_A)  # the organization's folder of the upload root
+    root.mkdir(parents=True)
     (root / "tags.html").write_bytes(flat_tags_html(8_000_000))
     (root / "inflates.pdf").write_bytes(memory_bomb_pdf())
     config = config.with_(
         "upload",
-        file_root=root,
+        file_root=uploads,
         extract_cpu_s=3.0,
         extract_wall_s=60.0,
         extract_memory_mb=256,

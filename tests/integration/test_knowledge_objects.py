@@ -167,21 +167,27 @@ async def test_only_regular_files_under_the_upload_root_are_read(
     client: KnowledgeClient, uploads: Config, tmp_path: Path
 ) -> None:
     root = tmp_path / "uploads"
-    (root / "guide.md").write_text(HANDBOOK)
+    mine, theirs = root / str(ORG_A), root / str(ORG_B)
+    mine.mkdir()
+    theirs.mkdir()
+    (mine / "guide.md").write_text(HANDBOOK)
+    (theirs / "secret.md").write_text("# B only\n\nB's plan.")
     outside = tmp_path / "outside.md"
     outside.write_text("# Outside\n\nNot for upload.")
-    os.symlink(outside, root / "link.md")
+    os.symlink(outside, mine / "link.md")
     ready = await client.upload(
         organization_id=ORG_A,
         title="Guide",
         media_type="text/markdown",
-        object=(root / "guide.md").as_uri(),
+        object=(mine / "guide.md").as_uri(),
     )
     assert ready.chunks == 3
     for path in (outside, Path("/etc/passwd")):
         await refused(client, path.as_uri(), "outside the upload root", "rejected")
-    await refused(client, f"{root.as_uri()}/guide.md%00.txt", "NUL", "rejected")
-    await refused(client, (root / "link.md").as_uri(), "symbolic link", "failed")
+    await refused(client, f"{mine.as_uri()}/guide.md%00.txt", "NUL", "rejected")
+    await refused(client, (mine / "link.md").as_uri(), "symbolic link", "failed")
+    # another tenant's folder of the shared root, as another tenant's S3 prefix (issue 18)
+    await refused(client, (theirs / "secret.md").as_uri(), f"under '{ORG_A}/'", "rejected")
 
 
 async def test_named_pipes_neither_block_nor_outlive_the_consumer(
@@ -191,10 +197,11 @@ async def test_named_pipes_neither_block_nor_outlive_the_consumer(
     fails at once, the next upload is served, and SIGTERM still stops the process."""
     await orgs(admin)
     root = tmp_path / "uploads"
-    root.mkdir()
+    (root / str(ORG_A)).mkdir(parents=True)
+    config = config.with_("upload", file_root=root)
+    root = root / str(ORG_A)  # the uploads' folder: the organization's
     os.mkfifo(root / "pipe.md")
     (root / "guide.md").write_text(HANDBOOK)
-    config = config.with_("upload", file_root=root)
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     upload, _ = await asyncio.gather(
         start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")

@@ -139,14 +139,15 @@ async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
     config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection, tmp_path: Path
 ) -> None:
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'F')", ORG)
-    root = tmp_path / "uploads"
-    root.mkdir()
+    uploads = tmp_path / "uploads"
+    root = uploads / str(ORG)  # the organization's folder of the upload root
+    root.mkdir(parents=True)
     os.mkfifo(root / "pipe")
     (root / "guide.md").write_text("# Guide\n\nRead me.")
     os.symlink("/etc/passwd", root / "passwd")
     config = config.with_(
         "upload",
-        file_root=root,
+        file_root=uploads,
         s3_buckets=("docs",),
         s3_endpoint_url=f"http://127.0.0.1:{free_port()}",  # a store that never answers
         retry_backoff_s=0.05,

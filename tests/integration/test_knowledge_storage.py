@@ -743,13 +743,22 @@ async def test_deletion_records_are_append_only_and_tenant_scoped(
         ):
             async with refused(conn, asyncpg.InsufficientPrivilegeError):
                 await conn.execute(statement)
-        async with refused(conn, asyncpg.InsufficientPrivilegeError):  # row security: not A's
-            await conn.execute(
-                "INSERT INTO knowledge_deletions (organization_id, source_id, title,"
-                " identity, chunks) VALUES ($1, $2, 'forged', 'docs://x', 0)",
-                ORG_B,
-                uuid.uuid4(),
-            )
+        for organization in (ORG_B, ORG_A):  # no record is written but by the trigger
+            async with refused(conn, asyncpg.InsufficientPrivilegeError):
+                await conn.execute(
+                    "INSERT INTO knowledge_deletions (organization_id, source_id, title,"
+                    " identity, chunks) VALUES ($1, $2, 'forged', 'docs://x', 0)",
+                    organization,
+                    uuid.uuid4(),
+                )
+        # a delete by any path is recorded (migration 00021), who asked being unknown
+        mine = await seed(admin, ORG_A, unit(rng, 2))
+        await conn.execute("DELETE FROM knowledge_sources WHERE id = $1", mine)
+        [plain] = await steps.deletions(tenant)
+        assert (plain.source_id, plain.chunks, plain.requested_by) == (mine, 2, None)
+        # the platform's switch's count across tenants is the platform's alone (00021)
+        async with refused(conn, asyncpg.InsufficientPrivilegeError):
+            await conn.fetchval("SELECT contextcore_knowledge_followers_not_ready($1)", "m")
     async with tenant_db.writing(ORG_B) as tenant:
         [record] = await steps.deletions(tenant)
     assert (record.source_id, record.requested_by) == (theirs, "b-admin")
@@ -767,10 +776,10 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
     from tests.integration.test_knowledge_admin import command
 
     rng = np.random.default_rng(23)
-    await seed(admin, ORG_A, unit(rng, 4))
+    await seed(admin, ORG_A, unit(rng, 120))
     await seed(admin, ORG_B, unit(rng, 2))  # below the threshold: the exact scan is enough
     sweeper = Sweeper(
-        SweepSettings(metrics_port=0, index_min_chunks=3),
+        SweepSettings(metrics_port=0, index_min_chunks=100),
         DatabaseSettings.model_construct(url=database.url),
         publisher=None,  # type: ignore[arg-type]  # nothing pending: nobody is told anything
     )
@@ -781,10 +790,10 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
 
     assert await unindexed() == 1
     owner = config.with_("database", owner_url=database.owner_url)
-    code, out = await command(owner, "index", "--min-chunks", "3")
+    code, out = await command(owner, "index", "--min-chunks", "100")
     assert (code, "to index" in out, "dry run" in out) == (0, True, True), out
     assert await unindexed() == 1
-    code, out = await command(owner, "index", "--min-chunks", "3", "--apply")
+    code, out = await command(owner, "index", "--min-chunks", "100", "--apply")
     assert code == 0, out
     name = indexes.index_name(ORG_A, DEFAULT_MODEL)
     assert f"built {name}" in out
@@ -794,7 +803,7 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
         "UPDATE pg_index SET indisvalid = false WHERE indexrelid = $1::regclass", name
     )
     assert await unindexed() == 1
-    code, out = await command(owner, "index", "--min-chunks", "3", "--apply")
+    code, out = await command(owner, "index", "--min-chunks", "100", "--apply")
     assert (code, f"built {name}" in out) == (0, True), out
     assert await admin.fetchval(
         "SELECT indisvalid FROM pg_index WHERE indexrelid = $1::regclass", name

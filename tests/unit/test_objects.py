@@ -66,10 +66,15 @@ def test_s3_reads_only_allowed_buckets_and_the_scope_prefix() -> None:
 
 @pytest.fixture
 def root(tmp_path: Path) -> Path:
+    """The upload root; the tests' files are in the organization's folder of it."""
     root = tmp_path / "uploads"
-    (root / "team").mkdir(parents=True)
-    (root / "team" / "guide.md").write_bytes(b"# Guide\n\nRead me.")
+    (root / str(ORG) / "team").mkdir(parents=True)
+    (root / str(ORG) / "team" / "guide.md").write_bytes(b"# Guide\n\nRead me.")
     return root
+
+
+def mine(root: Path) -> Path:
+    return root / str(ORG)
 
 
 def read(reader: ObjectReader, path: Path | str) -> bytes:
@@ -78,40 +83,45 @@ def read(reader: ObjectReader, path: Path | str) -> bytes:
 
 
 def test_a_regular_file_under_the_root_is_read(root: Path) -> None:
-    assert read(ObjectReader(max_bytes=100, file_root=root), root / "team" / "guide.md") == (
+    assert read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "team" / "guide.md") == (
         b"# Guide\n\nRead me."
     )
 
 
 def test_files_are_off_without_a_root(root: Path) -> None:
     with pytest.raises(ObjectError, match="file:// uploads are off"):
-        read(ObjectReader(max_bytes=100), root / "team" / "guide.md")
+        read(ObjectReader(max_bytes=100), mine(root) / "team" / "guide.md")
 
 
 def test_a_named_pipe_is_refused_without_blocking(root: Path) -> None:
-    os.mkfifo(root / "pipe.md")  # nothing ever writes: a blocking open would hang for good
+    os.mkfifo(mine(root) / "pipe.md")  # nothing ever writes: a blocking open would hang for good
     with pytest.raises(ObjectError, match="names a named pipe, not a regular file"):
-        read(ObjectReader(max_bytes=100, file_root=root), root / "pipe.md")
+        read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "pipe.md")
 
 
-def test_a_socket_and_a_directory_are_refused(root: Path) -> None:
+def test_a_socket_and_a_directory_are_refused(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(mine(root))  # a socket's path is short (108 bytes): bind it relatively
     with socket.socket(socket.AF_UNIX) as listening:
-        listening.bind(str(root / "sock.md"))
+        listening.bind("sock.md")
         with pytest.raises(ObjectError, match="names a socket"):
-            read(ObjectReader(max_bytes=100, file_root=root), root / "sock.md")
+            read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "sock.md")
     with pytest.raises(ObjectError, match="names a directory"):
-        read(ObjectReader(max_bytes=100, file_root=root), root / "team")
+        read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "team")
 
 
 def test_a_symbolic_link_anywhere_under_the_root_is_refused(root: Path, tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.md").write_bytes(b"not for upload")
-    os.symlink(outside / "secret.md", root / "link.md")
-    os.symlink(outside, root / "linked-folder")
-    os.symlink(root / "team" / "guide.md", root / "inside-link.md")
+    os.symlink(outside / "secret.md", mine(root) / "link.md")
+    os.symlink(outside, mine(root) / "linked-folder")
+    os.symlink(mine(root) / "team" / "guide.md", mine(root) / "inside-link.md")
     reader = ObjectReader(max_bytes=100, file_root=root)
-    for path in (root / "link.md", root / "linked-folder" / "secret.md", root / "inside-link.md"):
+    for path in (
+        mine(root) / "link.md",
+        mine(root) / "linked-folder" / "secret.md",
+        mine(root) / "inside-link.md",
+    ):
         with pytest.raises(ObjectError, match="symbolic link"):
             read(reader, path)
 
@@ -124,9 +134,28 @@ def test_paths_out_of_the_root_are_refused(root: Path, tmp_path: Path) -> None:
             read(reader, path)
 
 
+def test_a_file_in_another_scopes_folder_is_refused(root: Path) -> None:
+    """Issue 18: as S3 keys, files are read from the uploader's folder of the root only."""
+    other = root / "6f1c2a3b-0000-4000-8000-0000000000ff"
+    other.mkdir()
+    (other / "theirs.md").write_bytes(b"# Theirs")
+    (root / "platform").mkdir()
+    (root / "platform" / "guide.md").write_bytes(b"# Shared")
+    (root / "loose.md").write_bytes(b"# In no folder")
+    reader = ObjectReader(max_bytes=100, file_root=root)
+    for path in (other / "theirs.md", root / "platform" / "guide.md", root / "loose.md"):
+        with pytest.raises(ObjectError, match=f"must be under '{ORG}/'"):
+            read(reader, path)
+    assert asyncio.run(reader.read(parse((root / "platform" / "guide.md").as_uri()), None)) == (
+        b"# Shared"
+    )
+    with pytest.raises(ObjectError, match="must be under 'platform/'"):
+        asyncio.run(reader.read(parse((mine(root) / "team" / "guide.md").as_uri()), None))
+
+
 def test_a_file_over_the_limit_is_refused(root: Path) -> None:
-    (root / "big.md").write_bytes(b"x" * 101)
+    (mine(root) / "big.md").write_bytes(b"x" * 101)
     with pytest.raises(ObjectError, match="101 bytes, over the 100-byte limit"):
-        read(ObjectReader(max_bytes=100, file_root=root), root / "big.md")
+        read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "big.md")
     with pytest.raises(ObjectError, match="does not exist"):
-        read(ObjectReader(max_bytes=100, file_root=root), root / "missing.md")
+        read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "missing.md")
