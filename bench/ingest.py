@@ -158,6 +158,8 @@ async def main() -> None:
             status = json.loads(record.value() or b"{}")
             if status["status"] in {"ready", "failed", "rejected"}:
                 final[status["correlation_id"]] = status["status"]
+                if status["status"] != "ready":
+                    print(f"  {status['correlation_id']}: {status['status']}: {status['reason']}")
         elapsed = time.perf_counter() - started
         busy_after, all_after = machine_busy_seconds()
         cpu = {name: tree_cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}

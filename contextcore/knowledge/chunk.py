@@ -98,14 +98,32 @@ class WordPieceTokenizer:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def windows(self, text: str, size: int, overlap: int) -> list[str]:
-        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
-        if len(offsets) <= size:
+        """Cut between words where it can: a cut inside a word (between its word pieces)
+        makes text that tokenizes to more pieces than the window held, past the model's."""
+        encoding = self._tokenizer.encode(text, add_special_tokens=False)
+        offsets, words = encoding.offsets, encoding.word_ids
+        count = len(offsets)
+        if count <= size:
             return [text]
-        step = max(size - overlap, 1)
+
+        def starts_a_word(i: int) -> bool:
+            return i >= count or words[i] is None or words[i] != words[i - 1]
+
         pieces = []
-        for start in range(0, len(offsets), step):
-            end = min(start + size, len(offsets))
+        start = 0
+        while True:
+            end = min(start + size, count)
+            if end < count:
+                cut = end
+                while cut > start + 1 and not starts_a_word(cut):
+                    cut -= 1
+                if cut > start + 1:  # else one word is longer than the window: cut inside it
+                    end = cut
             pieces.append(text[offsets[start][0] : offsets[end - 1][1]].strip())
-            if end == len(offsets):
+            if end == count:
                 break
+            following = max(end - overlap, start + 1)
+            while following < end and not starts_a_word(following):
+                following += 1
+            start = following
         return [p for p in pieces if p]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -105,6 +106,20 @@ def test_a_chunk_fills_the_window_across_paragraphs() -> None:
     assert chunks[0].text.startswith(first + " beta0")
     assert chunks[0].tokens >= WINDOW.max_tokens - 8
     assert chunks[-1].text.endswith("beta199")
+
+
+def test_a_window_never_ends_inside_a_word() -> None:
+    """A cut between a word's pieces re-tokenized to more pieces than the window (git's manual
+    pages failed to ingest: "the extraction process answered nonsense")."""
+    words = ["internationalization", "refactorings", "unambiguously", "git-rev-parse(1)"]
+    text = " ".join(words[i % len(words)] + str(i) for i in range(2_000))
+    chunks = chunk("Doc", [Section((), [text])], TOKENIZER, WINDOW)
+    assert len(chunks) > 10
+    assert all(c.tokens <= WINDOW.max_tokens for c in chunks)
+    whole = set(re.findall(r"\w+", text))
+    for c in chunks:  # the runs of letters a chunk starts and ends with are whole ones
+        runs = re.findall(r"\w+", c.text)
+        assert {runs[0], runs[-1]} <= whole, (runs[0], runs[-1])
 
 
 def test_long_text_is_cut_within_the_window_with_overlap() -> None:
