@@ -13,9 +13,12 @@ class EmbedSettings(ConsumerSettings):
 
     group_id: str = "contextcore-embed"
     metrics_port: int = Field(default=9466, ge=0, le=65535)
-    max_in_flight: int = Field(default=4, ge=1, le=64)
+    max_in_flight: int = Field(default=16, ge=1, le=64)
     """Batches at once: the ones waiting while an encode runs are merged into the next encode
-    (up to 64 chunks), and a batch's database write overlaps the next encode."""
+    (up to 64 chunks), and a batch's database write overlaps the next encode. 16, not 4: a
+    document of one passage is a batch of one or two chunks, and four of them made encodes too
+    small (bench.ingest --small 2000: 0.45 of the raw encode at 4, 0.58 at 16, 0.57 at 64;
+    60 large documents: 0.72 at 4, 0.77 at 16; docs/performance.md)."""
     handle_timeout_s: float = Field(default=120.0, gt=0)
     stuck_after_s: float = Field(default=300.0, gt=0)
     fetch_max_wait_ms: int | None = Field(default=100, ge=0, le=10_000)
