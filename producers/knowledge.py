@@ -203,7 +203,6 @@ class KnowledgeClient(ReplyChannel):
             raise ValueError(f"cannot tell the media type of {path.name}: give media_type")
         resolved = await asyncio.to_thread(path.resolve)
         identity = uri or resolved.as_uri()
-        size = (await asyncio.to_thread(path.stat)).st_size
         if stage is not None:
             name = object_name(organization_id, identity, path.suffix)
             address = await stage.put(path, name)
@@ -214,6 +213,7 @@ class KnowledgeClient(ReplyChannel):
                 object=address,
                 timeout=timeout,
             )
+        size = (await asyncio.to_thread(path.stat)).st_size
         if size > INLINE_BYTES:
             raise DocumentTooLarge(
                 f"{path.name} is {size} bytes; an inline upload carries {INLINE_BYTES} at most:"

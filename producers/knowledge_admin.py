@@ -261,13 +261,14 @@ async def _index(min_chunks: int, apply: bool, every: float | None) -> int:
         return await _index_forever(settings, min_chunks, every)
     conn = await asyncpg.connect(settings.require_owner_url(), timeout=settings.connect_timeout_s)
     try:
-        for size in await indexes.tenant_sizes(conn):
+        sizes = await indexes.tenant_sizes(conn)
+        for size in sizes:
             tenant = size.organization_id or "platform"
             wanted = size.chunks >= min_chunks
             mark = "indexed" if size.indexed else ("to index" if wanted else "exact")
             print(f"{tenant}  {size.model}  {size.chunks} chunks  {mark}")
         if apply:
-            for size in await indexes.build_missing(conn, min_chunks):
+            for size in await indexes.build_missing(conn, sizes, min_chunks):
                 print(f"    built {size.index} ({size.organization_id or 'platform'})")
     finally:
         await conn.close()
@@ -290,7 +291,8 @@ async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: flo
                 settings.require_owner_url(), timeout=settings.connect_timeout_s
             )
             try:
-                for size in await indexes.build_missing(conn, min_chunks):
+                sizes = await indexes.tenant_sizes(conn)
+                for size in await indexes.build_missing(conn, sizes, min_chunks):
                     print(
                         f"built {size.index} ({size.organization_id or 'platform'},"
                         f" {size.chunks} chunks)",

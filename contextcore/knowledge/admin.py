@@ -299,16 +299,14 @@ DELETE_DOCUMENT = TenantQuery(
 -- knowledge.delete_document: the source goes, and with it (ON DELETE CASCADE) its per-model
 -- rows and its chunks, in this transaction: the document leaves every search at once. A trigger
 -- records the deletion (migration 00021), with who asked ($3, through the transaction's
--- setting, read before any row goes). The uploader of a pending generation is returned, to be
--- told.
+-- setting, read before any row goes).
 WITH asked AS (
     SELECT set_config('contextcore.requested_by', coalesce($3::text, ''), true) AS done
 )
 DELETE FROM knowledge_sources s
 WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2
   AND (SELECT done IS NOT NULL FROM asked)
-RETURNING s.id, s.title, coalesce(s.uri, s.object_key) AS identity, s.status, s.reply_to,
-          s.correlation_id
+RETURNING s.id, s.title, coalesce(s.uri, s.object_key) AS identity
 """,
 )
 
@@ -370,11 +368,6 @@ class Deletion:
     """The database login that deleted it."""
     requested_by: str | None
     deleted_at: datetime
-    status: str | None = None
-    """The source's status when it was deleted (``None`` when read back from the record)."""
-    reply_to: str | None = None
-    """The uploader of a generation that was still pending, to be told (with its id)."""
-    correlation_id: str | None = None
 
 
 MAX_PAGE = 1_000
@@ -444,9 +437,6 @@ async def delete_document(
         record["login"],
         record["requested_by"],
         record["deleted_at"],
-        row["status"],
-        row["reply_to"],
-        row["correlation_id"],
     )
 
 

@@ -108,12 +108,15 @@ async def tenant_sizes(conn: asyncpg.Connection) -> list[TenantSize]:
     ]
 
 
-async def build_missing(conn: asyncpg.Connection, min_chunks: int = MIN_CHUNKS) -> list[TenantSize]:
-    """As the schema owner: build the index of every tenant of ``min_chunks`` or more that has
-    no valid one (an invalid one is dropped first), concurrently, one at a time; returns the
-    tenants it built. Searches and writes go on meanwhile."""
+async def build_missing(
+    conn: asyncpg.Connection, sizes: list[TenantSize], min_chunks: int = MIN_CHUNKS
+) -> list[TenantSize]:
+    """As the schema owner: build the index of every tenant of ``sizes`` (:func:`tenant_sizes`)
+    of ``min_chunks`` or more that has no valid one (an invalid one is dropped first),
+    concurrently, one at a time; returns the tenants it built. Searches and writes go on
+    meanwhile."""
     built = []
-    for size in await tenant_sizes(conn):
+    for size in sizes:
         if size.indexed or size.chunks < min_chunks:
             continue
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {size.index}")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 from uuid import UUID
 
@@ -244,7 +244,7 @@ def merge(rankings: Sequence[Sequence[Hit]], limit: int) -> list[Hit]:
             if len(ranks) == limit:
                 continue
             ranks[key] = len(ranks) + 1
-        merged.append(Hit(**{**hit.__dict__, "document_rank": ranks[key]}))
+        merged.append(replace(hit, document_rank=ranks[key]))
     return merged
 
 

@@ -19,6 +19,7 @@ from contextcore.knowledge.settings import Encoders, ExtraModel
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.knowledge import KnowledgeClient, UploadFailed
+from schemas.upload import UploadStatusV1
 from tests.documents import corrupt_pdf
 from tests.integration.conftest import Config, Database, StartConsumer
 from tests.integration.test_knowledge_pipeline import (
@@ -242,11 +243,14 @@ A company's lifecycle stage in the CRM moves from lead to customer when a deal i
 """
 
 
-async def upload_all(config: Config, *documents: tuple[uuid.UUID | None, str, str]) -> None:
-    """(organization or None for the platform, uri, markdown) each, until ready."""
+async def upload_all(
+    config: Config, *documents: tuple[uuid.UUID | None, str, str]
+) -> list[UploadStatusV1]:
+    """(organization or None for the platform, uri, markdown) each, until ready, titled by its
+    first heading; their final statuses."""
     client = await client_for(config)
     try:
-        for organization, uri, text in documents:
+        return [
             await client.upload(
                 organization_id=organization,
                 title=text.splitlines()[0].lstrip("# "),
@@ -254,6 +258,8 @@ async def upload_all(config: Config, *documents: tuple[uuid.UUID | None, str, st
                 uri=uri,
                 content=text,
             )
+            for organization, uri, text in documents
+        ]
     finally:
         await client.close()
 

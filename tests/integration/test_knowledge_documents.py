@@ -16,7 +16,7 @@ from contextcore.storage.tenancy import TenantDatabase
 from producers.documents import DocumentsClient
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import only_encoder
-from tests.integration.test_knowledge_admin import command
+from tests.integration.test_knowledge_admin import command, upload_all
 from tests.integration.test_knowledge_pipeline import (
     HANDBOOK,
     ORG_A,
@@ -52,28 +52,12 @@ async def running(
 async def test_a_deleted_document_leaves_search_at_once_and_may_be_uploaded_again(
     running: Config, admin: asyncpg.Connection, tenant_db: TenantDatabase, encoder: Encoder
 ) -> None:
-    async with running.knowledge_client() as knowledge:
-        handbook = await knowledge.upload(
-            organization_id=ORG_A,
-            title="Handbook",
-            media_type="text/markdown",
-            uri="docs://handbook",
-            content=HANDBOOK,
-        )
-        await knowledge.upload(
-            organization_id=ORG_A,
-            title="FAQ",
-            media_type="text/markdown",
-            uri="docs://faq",
-            content=FAQ,
-        )
-        theirs = await knowledge.upload(
-            organization_id=ORG_B,
-            title="Handbook",
-            media_type="text/markdown",
-            uri="docs://handbook",
-            content=HANDBOOK,
-        )
+    handbook, _, theirs = await upload_all(
+        running,
+        (ORG_A, "docs://handbook", HANDBOOK),
+        (ORG_A, "docs://faq", FAQ),
+        (ORG_B, "docs://handbook", HANDBOOK),
+    )
     documents = DocumentsClient(tenant_db)
     listed = await documents.documents(ORG_A)
     assert [(d.title, d.status, d.chunks, d.model) for d in listed] == [
@@ -128,28 +112,14 @@ async def test_a_deleted_document_leaves_search_at_once_and_may_be_uploaded_agai
     assert await documents.deletions(ORG_B) == []
     assert await documents.delete(ORG_A, handbook.source_id) is None, "deleted once"
 
-    async with running.knowledge_client() as knowledge:
-        again = await knowledge.upload(
-            organization_id=ORG_A,
-            title="Handbook",
-            media_type="text/markdown",
-            uri="docs://handbook",
-            content=HANDBOOK,
-        )
+    [again] = await upload_all(running, (ORG_A, "docs://handbook", HANDBOOK))
     assert again.status == "ready"
     assert again.source_id != handbook.source_id
     assert "full refund" in (await source.retrieve(refund, own))[0].body
 
 
 async def test_the_admin_command_lists_and_deletes_within_its_scope(running: Config) -> None:
-    async with running.knowledge_client() as knowledge:
-        await knowledge.upload(
-            organization_id=ORG_A,
-            title="FAQ",
-            media_type="text/markdown",
-            uri="docs://faq",
-            content=FAQ,
-        )
+    await upload_all(running, (ORG_A, "docs://faq", FAQ))
     a = ("--organization", str(ORG_A))
     code, out = await command(running, "documents", *a)
     assert code == 0, out
