@@ -2,6 +2,7 @@
 
     python -m bench.ingest [--documents 60] [--backend openvino]
     python -m bench.ingest --small 4000     # many one-passage documents instead
+    python -m bench.ingest --encoder-cores 1  # the embedding group on cores of its own
 
 Uploads real documentation (git's HTML manual pages, package ``git-doc``, fetched by
 ``bench.corpora``) through the upload topic to a running upload consumer and embedding consumer
@@ -17,6 +18,12 @@ Printed: documents, chunks and passages per second of the pipeline; raw encode r
 ratios (pipeline / raw configured backend, target >= 0.9, >= 0.8 with ``--small``, to both of
 its baselines; pipeline / sentence-transformers on torch fp32, target >= 2.5); the CPU seconds
 each process used while ingesting; and the peak RSS of each consumer process (VmHWM).
+
+``--encoder-cores N`` gives the embedding consumer, and then the raw encode, the last N cores of
+the machine to themselves, and every other process (the upload consumer, PostgreSQL, the
+broker, this bench) the rest: the embedding group as deployed, on machines of its own, where
+extraction, the database and the broker take nothing from the encoder. Without it every process
+shares every core, and on a small machine each of them is taken from the encoder.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from bench.corpora import CACHE, fetch, held_out
 from bench.processes import (
     machine_busy_seconds,
     peak_rss_mb,
+    pin,
     start_consumer,
     tree_cpu_seconds,
 )
@@ -75,7 +83,19 @@ async def main() -> None:
         help="the consumers' and the reply reader's fetch wait (the dev stack's 2 ms polls Tansu "
         "500 times a second, which costs the encoder CPU)",
     )
+    parser.add_argument(
+        "--encoder-cores",
+        type=int,
+        default=0,
+        help="that many cores for the embedding consumer and the raw encode alone (default: all "
+        "processes share all cores)",
+    )
     args = parser.parse_args()
+    everything = sorted(os.sched_getaffinity(0))
+    if not 0 <= args.encoder_cores < len(everything):
+        parser.error(f"--encoder-cores must leave a core of the {len(everything)} to the rest")
+    encoder_cores = set(everything[len(everything) - args.encoder_cores :])
+    rest = set(everything) - encoder_cores
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
     name = "bench_ingest"
@@ -111,8 +131,8 @@ async def main() -> None:
     docs = passages(args.small) if args.small else documents(args.documents)
     media_type = "text/plain" if args.small else "text/html"
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of {media_type}")
-    upload = start_consumer("upload", env)
-    embed = start_consumer("embed", env)
+    upload = start_consumer("upload", env, cores=rest if encoder_cores else None)
+    embed = start_consumer("embed", env, cores=encoder_cores or None)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     reader = Consumer(
         {
@@ -130,6 +150,10 @@ async def main() -> None:
         "PostgreSQL": int((stack.pg_data / "postmaster.pid").read_text().split()[0]),
         "Tansu": int(stack.broker_pid_file.read_text()),
     }
+    if encoder_cores:
+        for pid in (processes["PostgreSQL"], processes["Tansu"], os.getpid()):
+            pin(pid, rest)
+        print(f"cores: embedding consumer {sorted(encoder_cores)}, the rest {sorted(rest)}")
     try:
         cpu_before = {name: tree_cpu_seconds(pid) for name, pid in processes.items()}
         busy_before, all_before = machine_busy_seconds()
@@ -184,6 +208,13 @@ async def main() -> None:
         f"core-seconds busy ({cores:.0f} cores); by process: "
         + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in cpu.items())
     )
+    if encoder_cores:  # the raw encode on the embedding consumer's cores, with as many threads
+        for pid in (processes["PostgreSQL"], processes["Tansu"]):
+            pin(pid, set(everything))
+        pin(os.getpid(), encoder_cores)
+        import torch
+
+        torch.set_num_threads(len(encoder_cores))
     settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
     rates = {}
     for backend in dict.fromkeys([args.backend, "torch"]):

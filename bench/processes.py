@@ -7,6 +7,8 @@ where a run's CPU went.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import subprocess
 import sys
@@ -16,14 +18,21 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def start_consumer(
-    consumer: str, env: dict[str, str], *, stderr: int = subprocess.DEVNULL
+    consumer: str,
+    env: dict[str, str],
+    *,
+    stderr: int = subprocess.DEVNULL,
+    cores: set[int] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``contextcore serve <consumer>`` in its own process, once it says it is ready."""
+    """``contextcore serve <consumer>`` in its own process, once it says it is ready; on
+    ``cores`` only, if given, from its first instruction (a thread pool sized at start-up, as
+    OpenVINO's is, then sees those cores alone)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "consumers.cli", "serve", consumer],
         env=env,
         stdout=subprocess.PIPE,
         stderr=stderr,
+        preexec_fn=None if cores is None else functools.partial(os.sched_setaffinity, 0, cores),
     )
     assert process.stdout is not None
     line = process.stdout.readline()
@@ -57,27 +66,45 @@ def _stat(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()  # the name may hold spaces; fields from 3 on
 
 
+def tree(pid: int) -> list[int]:
+    """``pid`` and its live descendants, ``pid`` first."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop(0)
+        found.append(current)
+        pending.extend(children.get(current, []))
+    return found
+
+
 def tree_cpu_seconds(pid: int) -> float:
     """User + system CPU of ``pid``, its reaped children and its live descendants.
 
     A child counts once: live, by its own times; after its parent reaps it, in the parent's
     ``cutime``/``cstime`` (what PostgreSQL's exited backends leave behind).
     """
-    parents: dict[int, int] = {}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and (fields := _stat(int(entry.name))) is not None:
-            parents[int(entry.name)] = int(fields[1])
     total = 0.0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
+    for current in tree(pid):
         fields = _stat(current)
         if fields is None:
             continue
         utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
         total += utime + stime + (cutime + cstime if current == pid else 0)
-        pending.extend(child for child, parent in parents.items() if parent == current)
     return total / TICKS
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` and of its live descendants onto ``cores``; what they start
+    later inherits it (a PostgreSQL backend forks from the pinned postmaster)."""
+    for process in tree(pid):
+        with contextlib.suppress(FileNotFoundError):  # gone meanwhile
+            tasks = os.listdir(f"/proc/{process}/task")
+            for task in tasks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.sched_setaffinity(int(task), cores)
 
 
 def machine_busy_seconds() -> tuple[float, float]:
