@@ -65,6 +65,8 @@ class SearchTuning:
     candidates: int = 40
     """Chunks each side (vector, full text) brings per scope."""
     lexical_weight: float = 0.4
+    """The full-text score's weight for a question whose rarest word one chunk alone has; less
+    as that word is commoner (migration 00022)."""
     later_chunk_penalty: float = 0.2
     ef_search: int = 200
 

@@ -723,6 +723,37 @@ async def test_the_word_reads_of_the_search_answer_only_the_callers_scope(
     assert all(r["organization_id"] in (ORG_A, None) for r in found)
 
 
+async def test_words_weigh_by_how_well_they_tell_the_chunks_apart(
+    admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
+) -> None:
+    """Issue 18, migration 00022: the lexical weight scales with the question's rarest word.
+    A word every chunk has barely weighs, however often one chunk repeats it (00017's full
+    weight let "python python python" overtake the nearest chunk); a word one chunk alone has
+    weighs fully and lifts that chunk over a slightly nearer one."""
+    basis = np.eye(DIMS, dtype=np.float32)
+    query = basis[0]
+    nearest = 0.60 * basis[0] + 0.80 * basis[1]
+    repeats = 0.59 * basis[0] + np.sqrt(1 - 0.59**2) * basis[2]
+    others = basis[3:21]  # orthogonal to the query
+    await seed(admin, ORG_A, nearest[None], texts=["python guide to lists"])
+    await seed(admin, ORG_A, repeats[None], texts=["python python python python fetchmail"])
+    await seed(admin, ORG_A, others, texts=[f"python note {i}" for i in range(len(others))])
+
+    async def first(text: str) -> str:
+        async with tenant_db.scoped(ORG_A) as tenant:
+            rows = await tenant.fetch(
+                SEARCH, DEFAULT_MODEL, store.vector_text(query.tolist()), text,
+                False, True, 3, 1, 40, 0.4, 0.0, 200,
+            )  # fmt: skip
+        assert [r["document_rank"] for r in rows] == [1, 2, 3]
+        text_of_first: str = rows[0]["text"]
+        return text_of_first
+
+    assert await first("") == "python guide to lists", "the vectors alone"
+    assert await first("python") == "python guide to lists", "a word every chunk has"
+    assert await first("python fetchmail") == "python python python python fetchmail"
+
+
 async def test_deletion_records_are_append_only_and_tenant_scoped(
     admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
 ) -> None:
