@@ -265,15 +265,23 @@ async def _index(min_chunks: int, apply: bool, every: float | None) -> int:
         for size in sizes:
             tenant = size.organization_id or "platform"
             wanted = size.chunks >= min_chunks
-            mark = "indexed" if size.indexed else ("to index" if wanted else "exact")
+            if size.indexed:
+                mark = "indexed" if size.chunks >= min_chunks // 2 else "indexed, to drop"
+            else:
+                mark = "to index" if wanted else "exact"
             print(f"{tenant}  {size.model}  {size.chunks} chunks  {mark}")
         if apply:
             for size in await indexes.build_missing(conn, sizes, min_chunks):
                 print(f"    built {size.index} ({size.organization_id or 'platform'})")
+            for name in await indexes.drop_unneeded(conn, sizes, min_chunks):
+                print(f"    dropped {name} (its tenant left or shrank)")
     finally:
         await conn.close()
     if not apply:
-        print(f"dry run: --apply builds an HNSW index for each tenant of {min_chunks}+ chunks")
+        print(
+            f"dry run: --apply builds an HNSW index for each tenant of {min_chunks}+ chunks and"
+            f" drops those of tenants gone or below {min_chunks // 2}"
+        )
     return 0
 
 
@@ -298,6 +306,8 @@ async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: flo
                         f" {size.chunks} chunks)",
                         flush=True,
                     )
+                for name in await indexes.drop_unneeded(conn, sizes, min_chunks):
+                    print(f"dropped {name} (its tenant left or shrank)", flush=True)
             finally:
                 await conn.close()
         except (OSError, asyncpg.PostgresError) as error:

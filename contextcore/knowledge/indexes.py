@@ -13,13 +13,15 @@ table of "which tenant uses which plan" to keep in step with the indexes.
 Indexes are built by the schema owner with ``CREATE INDEX CONCURRENTLY`` (searches and writes go
 on meanwhile): ``contextcore-knowledge index --apply --every N``, a job of its own (docker-compose's
 ``knowledge-indexer``, k8s's CronJob), so a tenant gets its index when it crosses the threshold
-without an operator. The sweep's gauge ``contextcore_knowledge_tenants_without_index`` shows the
-tenants still waiting for one (migration 00020).
+without an operator, and loses it when it leaves or shrinks below half the threshold. The
+sweep's gauge ``contextcore_knowledge_tenants_without_index`` shows the tenants still waiting
+for one (migration 00020).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -123,6 +125,27 @@ async def build_missing(
         await conn.execute(create_sql(size.organization_id, size.model, size.dimensions))
         built.append(size)
     return built
+
+
+async def drop_unneeded(
+    conn: asyncpg.Connection, sizes: list[TenantSize], min_chunks: int = MIN_CHUNKS
+) -> list[str]:
+    """As the schema owner: drop, concurrently, every per-tenant index whose tenant is gone or
+    has shrunk below half of ``min_chunks`` (half, so a tenant hovering at the threshold is not
+    built and dropped pass after pass); returns the names dropped. ``sizes``: :func:`tenant_sizes`
+    of the same pass."""
+    kept = {size.index for size in sizes if size.chunks >= min_chunks // 2}
+    dropped = []
+    for row in await conn.fetch(_INDEXES_SQL, INDEX_PREFIX + "%"):
+        name = row["name"]
+        if name in kept or not _OURS.fullmatch(name):  # LIKE's "_" matches any character
+            continue
+        await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+        dropped.append(name)
+    return dropped
+
+
+_OURS = re.compile(re.escape(INDEX_PREFIX) + "[0-9a-f]{20}")
 
 
 async def unindexed_tenants(conn: Connection, min_chunks: int = MIN_CHUNKS) -> int:

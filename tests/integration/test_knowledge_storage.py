@@ -800,14 +800,16 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
     admin: asyncpg.Connection, tenants: None, database: Database, config: Config
 ) -> None:
     """Issue 18: the indexer job builds the index of a tenant that crossed the threshold (and
-    rebuilds one a failed concurrent build left invalid); the sweep's gauge counts the tenants
-    still without one, by the index's name as indexes.index_name gives it."""
+    rebuilds one a failed concurrent build left invalid), keeps it while the tenant stays above
+    half the threshold and drops it below; the sweep's gauge counts the tenants still without
+    one, by the index's name as indexes.index_name gives it."""
     from consumers.sweep.app import Sweeper, SweepSettings
     from contextcore.settings import DatabaseSettings
     from tests.integration.test_knowledge_admin import command
 
     rng = np.random.default_rng(23)
-    await seed(admin, ORG_A, unit(rng, 120))
+    larger = await seed(admin, ORG_A, unit(rng, 70))
+    smaller = await seed(admin, ORG_A, unit(rng, 50))
     await seed(admin, ORG_B, unit(rng, 2))  # below the threshold: the exact scan is enough
     sweeper = Sweeper(
         SweepSettings(metrics_port=0, index_min_chunks=100),
@@ -840,6 +842,13 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
         "SELECT indisvalid FROM pg_index WHERE indexrelid = $1::regclass", name
     )
     assert await unindexed() == 0
+    exists = "SELECT count(*) FROM pg_indexes WHERE indexname = $1"
+    await admin.execute("DELETE FROM knowledge_sources WHERE id = $1", larger)
+    code, out = await command(owner, "index", "--min-chunks", "100", "--apply")
+    assert (code, "dropped" in out, await admin.fetchval(exists, name)) == (0, False, 1), out
+    await admin.execute("DELETE FROM knowledge_sources WHERE id = $1", smaller)
+    code, out = await command(owner, "index", "--min-chunks", "100", "--apply")
+    assert (code, f"dropped {name}" in out, await admin.fetchval(exists, name)) == (0, True, 0)
 
 
 async def test_the_indexer_job_builds_as_tenants_grow_and_stops_on_sigterm(
