@@ -2,7 +2,9 @@
 
 Decode and validate (an invalid batch, which only a bug or a forger writes, is dead-lettered);
 encode and store (:class:`~contextcore.knowledge.embed.Embedder`). The batch that completes its
-source under the live model answers the uploader ``ready`` on the reply topic the upload named.
+source under the live model answers the uploader ``ready`` on the reply topic the upload named;
+a batch whose source was deleted while pending answers it ``failed`` ("the document was
+deleted"), once per such batch.
 A batch for a model this process does not encode with is dead-lettered with the reason (its
 source stays pending, and the sweep fails it with the count of chunks stored).
 """
@@ -52,6 +54,8 @@ class EmbedHandler:
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         self.metrics.batch_size.observe(len(batch.chunks))
         self.metrics.chunks.labels(model=batch.embedding_model).inc(result.inserted)
+        if (gone := result.deleted) is not None and gone.reply_to and gone.correlation_id:
+            return reply(gone.reply_to, gone.correlation_id, status_of(gone, gone.correlation_id))
         source = result.source
         if source is None:
             return Done()

@@ -305,19 +305,16 @@ class Ingestion:
         return _unless_superseded(state, current, [])
 
 
-DELETED = "the document was deleted"
-
-
 def _deleted(title: str, state: store.SourceState | None = None) -> store.SourceState:
     """What an upload hears when its document was deleted before it was ready."""
     if state is not None:
-        return replace(state, status="failed", status_reason=DELETED)
+        return replace(state, status="failed", status_reason=store.DELETED)
     return store.SourceState(
         id=UUID(int=0),
         organization_id=None,
         title=title,
         status="failed",
-        status_reason=DELETED,
+        status_reason=store.DELETED,
         generation=1,
         chunk_count=None,
         updated_at=datetime.now(UTC),

@@ -112,6 +112,9 @@ class BatchResult:
     """The source, when this batch made it ready (its uploader is told)."""
     stale: bool = False
     """The batch belongs to an older generation, or its model's row is no longer pending."""
+    deleted: SourceState | None = None
+    """The source was deleted while pending, and its uploader waits: it is told (failed, with
+    :data:`DELETED`). Every batch arriving after the delete says so again."""
 
 
 MODELS = TenantQuery(
@@ -277,6 +280,22 @@ WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2 AND embedding_m
 FOR UPDATE
 """,
 )
+
+DELETED_WHILE_PENDING = TenantQuery(
+    "knowledge.deleted_while_pending",
+    """
+-- knowledge.deleted_while_pending: the uploader of a source deleted before it was ready, whose
+-- batches still arrive (the deletion record keeps its reply address, migration 00023)
+SELECT title, deleted_at, reply_to, correlation_id FROM knowledge_deletions
+WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2
+  AND reply_to IS NOT NULL AND correlation_id IS NOT NULL
+ORDER BY deleted_at DESC
+LIMIT 1
+""",
+)
+
+DELETED = "the document was deleted"
+"""What an uploader hears when its document was deleted before it was ready."""
 
 INSERT_CHUNKS = TenantQuery(
     "knowledge.insert_chunks",
@@ -488,7 +507,24 @@ async def store_batch(
 ) -> BatchResult:
     """Store one batch under its per-model row's lock; see the module docstring."""
     state = await tenant.fetchrow(LOCK_MODEL_STATE, source_id, model)
-    if state is None or state["generation"] != generation or state["status"] != "pending":
+    if state is None:
+        gone = await tenant.fetchrow(DELETED_WHILE_PENDING, source_id)
+        deleted = None
+        if gone is not None:
+            deleted = SourceState(
+                id=source_id,
+                organization_id=tenant.organization_id,
+                title=gone["title"],
+                status="failed",
+                status_reason=DELETED,
+                generation=generation,
+                chunk_count=None,
+                updated_at=gone["deleted_at"],
+                reply_to=gone["reply_to"],
+                correlation_id=gone["correlation_id"],
+            )
+        return BatchResult(0, False, None, stale=True, deleted=deleted)
+    if state["generation"] != generation or state["status"] != "pending":
         return BatchResult(0, False, None, stale=True)
     status = await tenant.execute(
         INSERT_CHUNKS,

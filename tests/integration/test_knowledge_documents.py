@@ -5,6 +5,7 @@ and ``contextcore-knowledge``, searched by the knowledge source."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import asyncpg
 import pytest
@@ -14,8 +15,9 @@ from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
 from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from producers.documents import DocumentsClient
+from schemas.upload import EmbedBatchV1, EmbedChunkV1
 from tests.integration.conftest import Config, StartConsumer
-from tests.integration.helpers import only_encoder
+from tests.integration.helpers import only_encoder, producer, read_json
 from tests.integration.test_knowledge_admin import command, upload_all
 from tests.integration.test_knowledge_pipeline import (
     HANDBOOK,
@@ -139,3 +141,60 @@ async def test_the_admin_command_lists_and_deletes_within_its_scope(running: Con
     assert (code, "for ops  1 chunk(s)  FAQ  [docs://faq]" in out) == (0, True), out
     code, out = await command(running, "documents", *a)
     assert (code, "0 document(s)" in out) == (0, True), out
+
+
+async def test_an_upload_deleted_after_its_batches_were_sent_is_told(
+    running: Config, admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """Issue 18, migration 00023: the upload consumer is done once the batches are on the embed
+    topic; the document is deleted before they are stored. The batch that finds its source
+    gone answers the uploader failed, on its reply topic, with its correlation id; a ready
+    document's deletion keeps no reply address (nobody waits on it)."""
+    reply_topic = f"{running.topics.embed}.replies"
+    source = uuid.uuid4()
+    await admin.execute(
+        "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
+        " status, pending_since, upload_key, reply_to, correlation_id) VALUES ($1, $2,"
+        " 'inline', 'Handbook', 'docs://pending', 'text/plain', 'pending', now(), 'k', $3,"
+        " 'upload-1')",
+        source,
+        ORG_A,
+        reply_topic,
+    )
+    await admin.execute(
+        "INSERT INTO knowledge_source_models (organization_id, source_id, embedding_model,"
+        " generation, chunk_count, chunks_stored, status, pending_since)"
+        " VALUES ($1, $2, $3, 1, 1, 0, 'pending', now())",
+        ORG_A,
+        source,
+        DEFAULT_MODEL,
+    )
+    assert await DocumentsClient(tenant_db).delete(ORG_A, source) is not None
+    batch = EmbedBatchV1(
+        organization_id=ORG_A,
+        source_id=source,
+        generation=1,
+        embedding_model=DEFAULT_MODEL,
+        chunks=[EmbedChunkV1(ordinal=0, section="Handbook", text="Refunds take a week.", tokens=6)],
+    )
+    send = await producer(running.bootstrap)
+    try:
+        await send.send_and_wait(running.topics.embed, batch.model_dump_json().encode())
+    finally:
+        await send.stop()
+    [told] = await read_json(running.bootstrap, reply_topic, until=1)
+    assert (told["correlation_id"], told["status"], told["reason"]) == (
+        "upload-1",
+        "failed",
+        "the document was deleted",
+    )
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks") == 0
+
+    [ready] = await upload_all(running, (ORG_A, "docs://faq", FAQ))
+    await DocumentsClient(tenant_db).delete(ORG_A, ready.source_id)
+    kept = await admin.fetchrow(
+        "SELECT reply_to, correlation_id FROM knowledge_deletions WHERE source_id = $1",
+        ready.source_id,
+    )
+    assert kept is not None
+    assert (kept["reply_to"], kept["correlation_id"]) == (None, None)
