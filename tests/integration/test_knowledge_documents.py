@@ -11,6 +11,7 @@ import asyncpg
 import pytest
 
 from broker.topics import ensure_topics, upload_topics
+from contextcore.knowledge import store
 from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
 from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
@@ -189,6 +190,9 @@ async def test_an_upload_deleted_after_its_batches_were_sent_is_told(
         "the document was deleted",
     )
     assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks") == 0
+    async with tenant_db.writing(ORG_B) as tenant:  # a batch forged in B's name learns nothing
+        forged = await store.store_batch(tenant, source, DEFAULT_MODEL, 1, [])
+    assert (forged.stale, forged.deleted) == (True, None)
 
     [ready] = await upload_all(running, (ORG_A, "docs://faq", FAQ))
     await DocumentsClient(tenant_db).delete(ORG_A, ready.source_id)
