@@ -3,8 +3,8 @@
 Decode and validate (an invalid batch, which only a bug or a forger writes, is dead-lettered);
 encode and store (:class:`~contextcore.knowledge.embed.Embedder`). The batch that completes its
 source under the live model answers the uploader ``ready`` on the reply topic the upload named;
-a batch whose source was deleted while pending answers it ``failed`` ("the document was
-deleted"), once per such batch.
+the first batch that finds its source deleted while pending answers it ``failed`` ("the
+document was deleted").
 A batch for a model this process does not encode with is dead-lettered with the reason (its
 source stays pending, and the sweep fails it with the count of chunks stored).
 """

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from contextcore.knowledge.extract import Section
+from contextcore.storage import ledger
 from contextcore.storage.tenancy import (
     SERVICE_ROLE,
     Connection,
@@ -114,7 +115,7 @@ class BatchResult:
     """The batch belongs to an older generation, or its model's row is no longer pending."""
     deleted: SourceState | None = None
     """The source was deleted while pending, and its uploader waits: it is told (failed, with
-    :data:`DELETED`). Every batch arriving after the delete says so again."""
+    :data:`DELETED`), by the first batch that finds the source gone only."""
 
 
 MODELS = TenantQuery(
@@ -286,7 +287,7 @@ DELETED_WHILE_PENDING = TenantQuery(
     """
 -- knowledge.deleted_while_pending: the uploader of a source deleted before it was ready, whose
 -- batches still arrive (the deletion record keeps its reply address, migration 00023)
-SELECT title, deleted_at, reply_to, correlation_id FROM knowledge_deletions
+SELECT title, deleted_at, reply_to, correlation_id, generation FROM knowledge_deletions
 WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2
   AND reply_to IS NOT NULL AND correlation_id IS NOT NULL
 ORDER BY deleted_at DESC
@@ -296,6 +297,8 @@ LIMIT 1
 
 DELETED = "the document was deleted"
 """What an uploader hears when its document was deleted before it was ready."""
+TOLD_DELETED = "knowledge.told_deleted"
+"""The ledger's consumer name of "this deleted source's uploader was told"."""
 
 INSERT_CHUNKS = TenantQuery(
     "knowledge.insert_chunks",
@@ -510,14 +513,14 @@ async def store_batch(
     if state is None:
         gone = await tenant.fetchrow(DELETED_WHILE_PENDING, source_id)
         deleted = None
-        if gone is not None:
+        if gone is not None and await ledger.claim(tenant, TOLD_DELETED, str(source_id)):
             deleted = SourceState(
                 id=source_id,
                 organization_id=tenant.organization_id,
                 title=gone["title"],
                 status="failed",
                 status_reason=DELETED,
-                generation=generation,
+                generation=gone["generation"] or generation,
                 chunk_count=None,
                 updated_at=gone["deleted_at"],
                 reply_to=gone["reply_to"],

@@ -148,16 +148,17 @@ async def test_an_upload_deleted_after_its_batches_were_sent_is_told(
     running: Config, admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
     """Issue 18, migration 00023: the upload consumer is done once the batches are on the embed
-    topic; the document is deleted before they are stored. The batch that finds its source
-    gone answers the uploader failed, on its reply topic, with its correlation id; a ready
-    document's deletion keeps no reply address (nobody waits on it)."""
+    topic; the document is deleted before they are stored. The first batch that finds its
+    source gone (here one of an older generation) answers the uploader failed, on its reply
+    topic, with its correlation id and the generation deleted; later ones store nothing and
+    say nothing; a ready document's deletion keeps no reply address (nobody waits on it)."""
     reply_topic = f"{running.topics.embed}.replies"
     source = uuid.uuid4()
     await admin.execute(
         "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
-        " status, pending_since, upload_key, reply_to, correlation_id) VALUES ($1, $2,"
-        " 'inline', 'Handbook', 'docs://pending', 'text/plain', 'pending', now(), 'k', $3,"
-        " 'upload-1')",
+        " status, pending_since, upload_key, reply_to, correlation_id, generation) VALUES ($1,"
+        " $2, 'inline', 'Handbook', 'docs://pending', 'text/plain', 'pending', now(), 'k', $3,"
+        " 'upload-1', 2)",
         source,
         ORG_A,
         reply_topic,
@@ -165,7 +166,7 @@ async def test_an_upload_deleted_after_its_batches_were_sent_is_told(
     await admin.execute(
         "INSERT INTO knowledge_source_models (organization_id, source_id, embedding_model,"
         " generation, chunk_count, chunks_stored, status, pending_since)"
-        " VALUES ($1, $2, $3, 1, 1, 0, 'pending', now())",
+        " VALUES ($1, $2, $3, 2, 1, 0, 'pending', now())",
         ORG_A,
         source,
         DEFAULT_MODEL,
@@ -184,15 +185,17 @@ async def test_an_upload_deleted_after_its_batches_were_sent_is_told(
     finally:
         await send.stop()
     [told] = await read_json(running.bootstrap, reply_topic, until=1)
-    assert (told["correlation_id"], told["status"], told["reason"]) == (
+    assert (told["correlation_id"], told["status"], told["reason"], told["generation"]) == (
         "upload-1",
         "failed",
         "the document was deleted",
+        2,
     )
     assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks") == 0
-    async with tenant_db.writing(ORG_B) as tenant:  # a batch forged in B's name learns nothing
-        forged = await store.store_batch(tenant, source, DEFAULT_MODEL, 1, [])
-    assert (forged.stale, forged.deleted) == (True, None)
+    for organization in (ORG_A, ORG_B):  # told once; a batch forged in B's name learns nothing
+        async with tenant_db.writing(organization) as tenant:
+            later = await store.store_batch(tenant, source, DEFAULT_MODEL, 2, [])
+        assert (later.stale, later.deleted) == (True, None)
 
     [ready] = await upload_all(running, (ORG_A, "docs://faq", FAQ))
     await DocumentsClient(tenant_db).delete(ORG_A, ready.source_id)

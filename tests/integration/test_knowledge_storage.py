@@ -733,7 +733,7 @@ async def test_words_weigh_by_how_well_they_tell_the_chunks_apart(
     basis = np.eye(DIMS, dtype=np.float32)
     query = basis[0]
     nearest = 0.60 * basis[0] + 0.80 * basis[1]
-    repeats = 0.59 * basis[0] + np.sqrt(1 - 0.59**2) * basis[2]
+    repeats = 0.595 * basis[0] + np.sqrt(1 - 0.595**2) * basis[2]
     others = basis[3:21]  # orthogonal to the query
     await seed(admin, ORG_A, nearest[None], texts=["python guide to lists"])
     await seed(admin, ORG_A, repeats[None], texts=["python python python python fetchmail"])

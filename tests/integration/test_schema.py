@@ -57,6 +57,22 @@ async def test_init_applies_every_migration_once_and_verify_then_passes(
     assert out.startswith("schema matches the code")
 
 
+async def test_every_migration_applies_in_a_session_of_its_own(
+    empty_database: Database,
+) -> None:
+    """An upgrade starts a new session at whatever version the database is: no migration may
+    lean on what an earlier one left in the session (pgvector's hnsw.* settings exist only
+    once its library is loaded, say). Each is applied on a connection of its own."""
+    every = migrations.load_migrations()
+    for count, migration in enumerate(every, start=1):
+        conn = await asyncpg.connect(empty_database.owner_url)
+        try:
+            applied = await migrations.apply_pending(conn, every[:count])
+        finally:
+            await conn.close()
+        assert [m.label for m in applied] == [migration.label]
+
+
 async def test_verify_fails_on_a_tampered_checksum(database: Database) -> None:
     database_url = database.owner_url
     conn = await asyncpg.connect(database_url)
