@@ -131,8 +131,21 @@ async def main() -> None:
     docs = passages(args.small) if args.small else documents(args.documents)
     media_type = "text/plain" if args.small else "text/html"
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of {media_type}")
+    stack = DevStack()
+    servers = {
+        "PostgreSQL": int((stack.pg_data / "postmaster.pid").read_text().split()[0]),
+        "Tansu": int(stack.broker_pid_file.read_text()),
+    }
+    if encoder_cores:  # before the consumers start: pin() moves a process's descendants too
+        for pid in (*servers.values(), os.getpid()):
+            pin(pid, rest)
     upload = start_consumer("upload", env, cores=rest if encoder_cores else None)
     embed = start_consumer("embed", env, cores=encoder_cores or None)
+    if encoder_cores:
+        print(
+            f"cores: embedding consumer {sorted(os.sched_getaffinity(embed.pid))}, upload"
+            f" consumer {sorted(os.sched_getaffinity(upload.pid))}, the rest {sorted(rest)}"
+        )
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
     reader = Consumer(
         {
@@ -143,17 +156,7 @@ async def main() -> None:
         }
     )
     reader.assign([TopicPartition(reply_topic, 0, OFFSET_BEGINNING)])
-    stack = DevStack()
-    processes = {
-        "upload consumer": upload.pid,
-        "embedding consumer": embed.pid,
-        "PostgreSQL": int((stack.pg_data / "postmaster.pid").read_text().split()[0]),
-        "Tansu": int(stack.broker_pid_file.read_text()),
-    }
-    if encoder_cores:
-        for pid in (processes["PostgreSQL"], processes["Tansu"], os.getpid()):
-            pin(pid, rest)
-        print(f"cores: embedding consumer {sorted(encoder_cores)}, the rest {sorted(rest)}")
+    processes = {"upload consumer": upload.pid, "embedding consumer": embed.pid, **servers}
     try:
         cpu_before = {name: tree_cpu_seconds(pid) for name, pid in processes.items()}
         busy_before, all_before = machine_busy_seconds()
