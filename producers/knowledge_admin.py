@@ -261,6 +261,9 @@ async def _index(min_chunks: int, apply: bool, every: float | None) -> int:
         return await _index_forever(settings, min_chunks, every)
     conn = await asyncpg.connect(settings.require_owner_url(), timeout=settings.connect_timeout_s)
     try:
+        if apply and not await indexes.take_pass_lock(conn):
+            print("another index pass is running; this one did nothing")
+            return 0
         sizes = await indexes.tenant_sizes(conn)
         for size in sizes:
             tenant = size.organization_id or "platform"
@@ -270,7 +273,10 @@ async def _index(min_chunks: int, apply: bool, every: float | None) -> int:
             else:
                 mark = "to index" if wanted else "exact"
             print(f"{tenant}  {size.model}  {size.chunks} chunks  {mark}")
-        if apply:
+        if not apply:
+            for name in await indexes.unneeded(conn, sizes, min_chunks):
+                print(f"{name}  to drop (its tenant left or shrank)")
+        else:
             for size in await indexes.build_missing(conn, sizes, min_chunks):
                 print(f"    built {size.index} ({size.organization_id or 'platform'})")
             for name in await indexes.drop_unneeded(conn, sizes, min_chunks):
@@ -283,6 +289,17 @@ async def _index(min_chunks: int, apply: bool, every: float | None) -> int:
             f" drops those of tenants gone or below {min_chunks // 2}"
         )
     return 0
+
+
+async def _index_pass(conn: asyncpg.Connection, min_chunks: int) -> None:
+    sizes = await indexes.tenant_sizes(conn)
+    for size in await indexes.build_missing(conn, sizes, min_chunks):
+        print(
+            f"built {size.index} ({size.organization_id or 'platform'}, {size.chunks} chunks)",
+            flush=True,
+        )
+    for name in await indexes.drop_unneeded(conn, sizes, min_chunks):
+        print(f"dropped {name} (its tenant left or shrank)", flush=True)
 
 
 async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: float) -> int:
@@ -299,15 +316,10 @@ async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: flo
                 settings.require_owner_url(), timeout=settings.connect_timeout_s
             )
             try:
-                sizes = await indexes.tenant_sizes(conn)
-                for size in await indexes.build_missing(conn, sizes, min_chunks):
-                    print(
-                        f"built {size.index} ({size.organization_id or 'platform'},"
-                        f" {size.chunks} chunks)",
-                        flush=True,
-                    )
-                for name in await indexes.drop_unneeded(conn, sizes, min_chunks):
-                    print(f"dropped {name} (its tenant left or shrank)", flush=True)
+                if await indexes.take_pass_lock(conn):
+                    await _index_pass(conn, min_chunks)
+                else:
+                    print("another index pass is running; this one skipped", flush=True)
             finally:
                 await conn.close()
         except (OSError, asyncpg.PostgresError) as error:

@@ -127,22 +127,42 @@ async def build_missing(
     return built
 
 
+async def unneeded(
+    conn: asyncpg.Connection, sizes: list[TenantSize], min_chunks: int = MIN_CHUNKS
+) -> list[str]:
+    """As the schema owner: the per-tenant indexes whose tenant is gone or has shrunk below
+    half of ``min_chunks`` (half, so a tenant hovering at the threshold is not built and dropped
+    pass after pass). ``sizes``: :func:`tenant_sizes` of the same pass."""
+    kept = {size.index for size in sizes if size.chunks >= min_chunks // 2}
+    return [
+        row["name"]
+        for row in await conn.fetch(_INDEXES_SQL, INDEX_PREFIX + "%")
+        # LIKE's "_" matches any character: only a name index_name() gives is ours
+        if row["name"] not in kept and _OURS.fullmatch(row["name"])
+    ]
+
+
 async def drop_unneeded(
     conn: asyncpg.Connection, sizes: list[TenantSize], min_chunks: int = MIN_CHUNKS
 ) -> list[str]:
-    """As the schema owner: drop, concurrently, every per-tenant index whose tenant is gone or
-    has shrunk below half of ``min_chunks`` (half, so a tenant hovering at the threshold is not
-    built and dropped pass after pass); returns the names dropped. ``sizes``: :func:`tenant_sizes`
-    of the same pass."""
-    kept = {size.index for size in sizes if size.chunks >= min_chunks // 2}
-    dropped = []
-    for row in await conn.fetch(_INDEXES_SQL, INDEX_PREFIX + "%"):
-        name = row["name"]
-        if name in kept or not _OURS.fullmatch(name):  # LIKE's "_" matches any character
-            continue
+    """As the schema owner: drop the :func:`unneeded` indexes, concurrently; returns their
+    names."""
+    dropped = await unneeded(conn, sizes, min_chunks)
+    for name in dropped:
         await conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
-        dropped.append(name)
     return dropped
+
+
+PASS_LOCK = 0x636F6E74_6978  # "contix": one index pass at a time, of any process
+"""The advisory lock an applying pass holds, so a manual ``index --apply`` and the job (or two
+jobs) never build and drop at once on sizes read apart."""
+
+
+async def take_pass_lock(conn: asyncpg.Connection) -> bool:
+    """Hold :data:`PASS_LOCK` for the connection's session; ``False`` when another pass has it
+    (the caller skips its pass)."""
+    taken: bool = await conn.fetchval("SELECT pg_try_advisory_lock($1)", PASS_LOCK)
+    return taken
 
 
 _OURS = re.compile(re.escape(INDEX_PREFIX) + "[0-9a-f]{20}")

@@ -673,6 +673,16 @@ async def test_a_search_changes_no_setting_of_the_caller_transaction(
 
 
 @asynccontextmanager
+async def owner_connection(database: Database) -> AsyncIterator[asyncpg.Connection]:
+    """A session of the schema owner, closed on exit."""
+    conn = await asyncpg.connect(database.owner_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
+
+
+@asynccontextmanager
 async def refused(conn: Any, error: type[Exception]) -> AsyncIterator[None]:
     """The statement inside raises ``error``; a savepoint keeps the scope's transaction."""
     await conn.execute("SAVEPOINT refused")
@@ -809,7 +819,8 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
 
     rng = np.random.default_rng(23)
     larger = await seed(admin, ORG_A, unit(rng, 70))
-    smaller = await seed(admin, ORG_A, unit(rng, 50))
+    middle = await seed(admin, ORG_A, unit(rng, 30))
+    await seed(admin, ORG_A, unit(rng, 20))
     await seed(admin, ORG_B, unit(rng, 2))  # below the threshold: the exact scan is enough
     sweeper = Sweeper(
         SweepSettings(metrics_port=0, index_min_chunks=100),
@@ -846,9 +857,22 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
     await admin.execute("DELETE FROM knowledge_sources WHERE id = $1", larger)
     code, out = await command(owner, "index", "--min-chunks", "100", "--apply")
     assert (code, "dropped" in out, await admin.fetchval(exists, name)) == (0, False, 1), out
-    await admin.execute("DELETE FROM knowledge_sources WHERE id = $1", smaller)
+    # 20 chunks left, under half the threshold; and an index of a tenant that is gone
+    await admin.execute("DELETE FROM knowledge_sources WHERE id = $1", middle)
+    gone = uuid.uuid4()
+    async with owner_connection(database) as conn:
+        await conn.execute(indexes.create_sql(gone, DEFAULT_MODEL, DIMS))
+    stale = {name, indexes.index_name(gone, DEFAULT_MODEL)}
+    code, out = await command(owner, "index", "--min-chunks", "100")
+    assert {n for n in stale if f"{n}  to drop" in out} == stale, out
+    async with owner_connection(database) as conn:  # another pass holds the lock: none runs
+        assert await indexes.take_pass_lock(conn)
+        code, out = await command(owner, "index", "--min-chunks", "100", "--apply")
+        assert "another index pass is running" in out, out
+    assert [await admin.fetchval(exists, n) for n in sorted(stale)] == [1, 1]
     code, out = await command(owner, "index", "--min-chunks", "100", "--apply")
-    assert (code, f"dropped {name}" in out, await admin.fetchval(exists, name)) == (0, True, 0)
+    assert {n for n in stale if f"dropped {n}" in out} == stale, out
+    assert [await admin.fetchval(exists, n) for n in sorted(stale)] == [0, 0]
 
 
 async def test_the_indexer_job_builds_as_tenants_grow_and_stops_on_sigterm(
