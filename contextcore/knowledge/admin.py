@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
+import asyncpg
+
 from contextcore.knowledge import store
 from contextcore.storage.tenancy import Connection, TenantConnection, TenantQuery
 
@@ -306,7 +308,7 @@ WITH asked AS (
 DELETE FROM knowledge_sources s
 WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2
   AND (SELECT done IS NOT NULL FROM asked)
-RETURNING s.id, s.title, coalesce(s.uri, s.object_key) AS identity
+RETURNING s.id
 """,
 )
 
@@ -314,7 +316,8 @@ DELETION_OF = TenantQuery(
     "knowledge.deletion_of",
     """
 -- knowledge.deletion_of: the record the trigger wrote of a source's deletion.
-SELECT chunks, login, requested_by, deleted_at FROM knowledge_deletions
+SELECT source_id, title, identity, chunks, login, requested_by, deleted_at
+FROM knowledge_deletions
 WHERE organization_id IS NOT DISTINCT FROM $1 AND source_id = $2
 ORDER BY id DESC
 LIMIT 1
@@ -429,28 +432,21 @@ async def delete_document(
         return None
     record = await tenant.fetchrow(DELETION_OF, source_id)
     assert record is not None, "migration 00021's trigger records every deletion"
+    return _deletion(record)
+
+
+async def deletions(tenant: TenantConnection, limit: int = 100) -> list[Deletion]:
+    return [_deletion(r) for r in await tenant.fetch(DELETIONS, limit)]
+
+
+def _deletion(record: asyncpg.Record) -> Deletion:
+    """A row of ``knowledge_deletions`` (:data:`DELETIONS`' and :data:`DELETION_OF`'s columns)."""
     return Deletion(
-        row["id"],
-        row["title"],
-        row["identity"],
+        record["source_id"],
+        record["title"],
+        record["identity"],
         record["chunks"],
         record["login"],
         record["requested_by"],
         record["deleted_at"],
     )
-
-
-async def deletions(tenant: TenantConnection, limit: int = 100) -> list[Deletion]:
-    rows = await tenant.fetch(DELETIONS, limit)
-    return [
-        Deletion(
-            r["source_id"],
-            r["title"],
-            r["identity"],
-            r["chunks"],
-            r["login"],
-            r["requested_by"],
-            r["deleted_at"],
-        )
-        for r in rows
-    ]

@@ -61,11 +61,16 @@ async def running(
         "knowledge",
         extra_models=(ExtraModel(name=COPY, path=default_model_path(DEFAULT_MODEL)),),
     )
+    await start_pipeline(config, start_consumer)
+    return config
+
+
+async def start_pipeline(config: Config, start_consumer: StartConsumer) -> None:
+    """The upload topics, and an upload and an embedding consumer running on them."""
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     await asyncio.gather(
         start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
     )
-    return config
 
 
 async def client_for(config: Config) -> KnowledgeClient:

@@ -4,13 +4,11 @@ and ``contextcore-knowledge``, searched by the knowledge source."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import asyncpg
 import pytest
 
-from broker.topics import ensure_topics, upload_topics
 from contextcore.knowledge import store
 from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
 from contextcore.knowledge.search import KnowledgeContextSource
@@ -19,7 +17,7 @@ from producers.documents import DocumentsClient
 from schemas.upload import EmbedBatchV1, EmbedChunkV1
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import only_encoder, producer, read_json
-from tests.integration.test_knowledge_admin import command, upload_all
+from tests.integration.test_knowledge_admin import command, start_pipeline, upload_all
 from tests.integration.test_knowledge_pipeline import (
     HANDBOOK,
     ORG_A,
@@ -45,10 +43,7 @@ async def running(
     await admin.executemany(
         "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG_A, "A"), (ORG_B, "B")]
     )
-    await ensure_topics(config.bootstrap, upload_topics(config.topics))
-    await asyncio.gather(
-        start_consumer(config, consumer="upload"), start_consumer(config, consumer="embed")
-    )
+    await start_pipeline(config, start_consumer)
     return config
 
 
