@@ -224,6 +224,15 @@ async def test_the_table_refuses_keys_outside_the_memory_namespaces_and_blank_te
         )
 
 
+async def as_service_role(runtime: asyncpg.Connection, org: uuid.UUID) -> None:
+    """Inside a transaction: the runtime login as the service role, scoped to ``org``."""
+    await runtime.execute(
+        "SELECT set_config('role', 'contextcore_app', true),"
+        " set_config('contextcore.organization_id', $1, true)",
+        str(org),
+    )
+
+
 @pytest.mark.usefixtures("tenants")
 async def test_the_runtime_login_reads_and_appends_only_its_organizations_memories(
     admin: asyncpg.Connection, service: MemoryService, database: Database
@@ -232,11 +241,7 @@ async def test_the_runtime_login_reads_and_appends_only_its_organizations_memori
     runtime = await asyncpg.connect(database.url)
     try:
         async with runtime.transaction():
-            await runtime.execute(
-                "SELECT set_config('role', 'contextcore_app', true),"
-                " set_config('contextcore.organization_id', $1, true)",
-                str(ORG_A),
-            )
+            await as_service_role(runtime, ORG_A)
             for relation in ("memories", "memory_heads", "live_memories", "memory_writes"):
                 assert await runtime.fetchval(f"SELECT count(*) FROM {relation}") == 0, relation
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
@@ -429,55 +434,103 @@ async def test_one_row_id_in_two_spellings_is_one_chain(service: MemoryService) 
 
 
 @pytest.mark.usefixtures("tenants")
-async def test_the_runtime_cannot_backdate_root_a_tombstone_or_rewrite_an_answer(
+async def test_the_runtime_login_writes_memory_only_through_memory_apply(
     admin: asyncpg.Connection, service: MemoryService, database: Database
 ) -> None:
+    """Migration 00024. Before it, a plain INSERT of a child of the head (no journal row, its
+    parent's text again: the duplicate rule skipped) and a planted journal answer were both
+    accepted from the service role in its own scope."""
     once = key()
-    written(await service.remember(user(), candidate("kept"), once))
+    head = written(await service.remember(user(), candidate("kept"), once)).memory
+    unused = key()
+    attempts = {
+        "a child of the head, the parent's text again": (
+            "INSERT INTO memories (organization_id, definition_id, scope, user_id, subject_key,"
+            " text, subject_refs, supersedes_id) VALUES ($1, $2, 'user', $3, $4, 'kept', '[]', $5)",
+            (ORG_A, DEFINITION, USER, head.subject_key, head.id),
+        ),
+        "a root of a new chain": (
+            "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text)"
+            " VALUES ($1, $2, 'organization', $3, 'sneaked')",
+            (ORG_A, DEFINITION, f"organization:{ORG_A}:observation.sneak"),
+        ),
+        "backdated": (
+            "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
+            " created_at) VALUES ($1, $2, 'organization', $3, 'old', now() - interval '1y')",
+            (ORG_A, DEFINITION, f"organization:{ORG_A}:observation.sneak"),
+        ),
+        "a journal answer for a key not yet used": (
+            "INSERT INTO memory_writes (organization_id, idempotency_key, request_sha256,"
+            " operation, outcome, reason, message) VALUES ($1, $2, repeat('0', 64), 'remember',"
+            " 'refused', 'duplicate', 'planted')",
+            (ORG_A, unused),
+        ),
+        "a journal answer rewritten": (
+            "UPDATE memory_writes SET outcome = 'refused', reason = 'duplicate'"
+            " WHERE idempotency_key = $1",
+            (once,),
+        ),
+        "the journal emptied": ("DELETE FROM memory_writes", ()),
+        "the chain emptied": ("DELETE FROM memories", ()),
+    }
     runtime = await asyncpg.connect(database.url)
     try:
-        attempts = {
-            "backdate": (
-                "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
-                " created_at) VALUES ($1, $2, 'organization', $3, 'old', now() - interval '1y')",
-                asyncpg.InsufficientPrivilegeError,
-            ),
-            "choose the id": (
-                "INSERT INTO memories (organization_id, id, definition_id, scope, subject_key,"
-                " text) VALUES ($1, gen_random_uuid(), $2, 'organization', $3, 'mine')",
-                asyncpg.InsufficientPrivilegeError,
-            ),
-            "a tombstone as a root": (
-                "INSERT INTO memories (organization_id, definition_id, scope, subject_key,"
-                " forgotten_at) VALUES ($1, $2, 'organization', $3, now())",
-                asyncpg.CheckViolationError,
-            ),
-        }
-        for what, (statement, error) in attempts.items():
+        for what, (statement, args) in attempts.items():
             async with runtime.transaction():
-                await runtime.execute(
-                    "SELECT set_config('role', 'contextcore_app', true),"
-                    " set_config('contextcore.organization_id', $1, true)",
-                    str(ORG_A),
-                )
-                with pytest.raises(error), _named(what):
-                    await runtime.execute(
-                        statement, ORG_A, DEFINITION, f"organization:{ORG_A}:observation.sneak"
-                    )
-        async with runtime.transaction():
-            await runtime.execute(
-                "SELECT set_config('role', 'contextcore_app', true),"
-                " set_config('contextcore.organization_id', $1, true)",
-                str(ORG_A),
-            )
-            with pytest.raises(asyncpg.PostgresError, match="never changes"):
-                await runtime.execute(
-                    "UPDATE memory_writes SET outcome = 'refused', reason = 'duplicate'"
-                    " WHERE idempotency_key = $1",
-                    once,
-                )
+                await as_service_role(runtime, ORG_A)
+                with pytest.raises(asyncpg.InsufficientPrivilegeError), _named(what):
+                    await runtime.execute(statement, *args)
     finally:
         await runtime.close()
+    # memory_apply still writes both, in one transaction, and the unused key is still unused
+    later = written(await service.remember(user(), candidate("changed"), unused))
+    assert later.change == "superseded"
+    assert not later.replayed
+    assert await admin.fetchval("SELECT count(*) FROM memories") == 2
+    assert await admin.fetchval("SELECT count(*) FROM memory_writes") == 2
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_no_role_roots_a_tombstone_or_rewrites_an_answer(
+    admin: asyncpg.Connection, service: MemoryService
+) -> None:
+    """The table's own rules, which hold for every role that can write (the superuser here)."""
+    once = key()
+    written(await service.remember(user(), candidate("kept"), once))
+    with pytest.raises(asyncpg.CheckViolationError, match="memories_root_is_not_a_tombstone"):
+        await admin.execute(
+            "INSERT INTO memories (organization_id, definition_id, scope, subject_key,"
+            " forgotten_at) VALUES ($1, $2, 'organization', $3, now())",
+            ORG_A,
+            DEFINITION,
+            f"organization:{ORG_A}:observation.sneak",
+        )
+    with pytest.raises(asyncpg.PostgresError, match="never changes"):
+        await admin.execute(
+            "UPDATE memory_writes SET outcome = 'refused', reason = 'duplicate'"
+            " WHERE idempotency_key = $1",
+            once,
+        )
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_the_owner_cannot_truncate_the_memory_tables(
+    admin: asyncpg.Connection, service: MemoryService, database: Database
+) -> None:
+    written(await service.remember(user(), candidate("kept"), key()))
+    owner = await asyncpg.connect(database.owner_url)
+    try:
+        for statement in (
+            "TRUNCATE memories CASCADE",
+            "TRUNCATE memory_writes",
+            "TRUNCATE organizations CASCADE",
+        ):
+            with pytest.raises(asyncpg.PostgresError, match="never truncated"), _named(statement):
+                await owner.execute(statement)
+    finally:
+        await owner.close()
+    assert await admin.fetchval("SELECT count(*) FROM memories") == 1
+    assert await admin.fetchval("SELECT count(*) FROM memory_writes") == 1
 
 
 # ------------------------------------------------------------------ many writes, one transaction
