@@ -189,3 +189,20 @@ def parse_stored_refs(raw: object) -> tuple[list[MemorySubjectRef], int]:
         except ValidationError:
             refused += 1
     return kept, refused
+
+
+def names_the_asker(ref: MemorySubjectRef, organization_id: UUID, user_id: UUID | None) -> bool:
+    """Whether ``ref`` names the scope's owner itself: kind ``organization`` with the caller's
+    organization, or ``user`` with the asking user (any spelling of the UUID).
+
+    Such a ref means the same as no ref (CLARIFICATIONS 16): the write path drops it, so the
+    memory is keyed and read as one about its owner, and the read path treats a stored one the
+    same way. No resolver owns these two kinds, so a memory written with one was dropped at
+    every read (``unknown_kind``), the revision it superseded with it."""
+    try:
+        named = UUID(ref.id)
+    except ValueError:
+        return False
+    return (ref.kind == "organization" and named == organization_id) or (
+        ref.kind == "user" and user_id is not None and named == user_id
+    )

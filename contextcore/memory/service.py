@@ -34,7 +34,14 @@ import asyncpg
 
 from contextcore.errors import ContextcoreError
 from contextcore.memory import store
-from contextcore.memory.models import NAMESPACES, Answer, Invoker, MemoryCandidate, Refusal
+from contextcore.memory.models import (
+    NAMESPACES,
+    Answer,
+    Invoker,
+    MemoryCandidate,
+    Refusal,
+    names_the_asker,
+)
 from contextcore.models import ResourceRef, make_subject_key
 from contextcore.sources.common import parse_uuid
 from contextcore.storage.tenancy import TenantDatabase
@@ -61,12 +68,15 @@ def subject_key(invoker: Invoker, candidate: MemoryCandidate) -> str:
     return key
 
 
-def canonical(candidate: MemoryCandidate) -> MemoryCandidate:
+def canonical(invoker: Invoker, candidate: MemoryCandidate) -> MemoryCandidate:
     """The candidate with a UUID-shaped ref id in its one canonical form (lower case, hyphens),
     as the resolvers return it: ``6F9619FF…`` and ``6f9619ff-…`` name one row, so they must
-    make one subject key, one chain and one ``duplicate``."""
+    make one subject key, one chain and one ``duplicate``. A ref naming the caller's own
+    organization or user is dropped: it means no ref (:func:`names_the_asker`)."""
     refs = []
     for ref in candidate.subject_refs:
+        if names_the_asker(ref, invoker.organization_id, invoker.user_id):
+            continue
         row_id = parse_uuid(ref.id)
         refs.append(ref if row_id is None else ref.model_copy(update={"id": str(row_id)}))
     return candidate.model_copy(update={"subject_refs": refs})
@@ -200,7 +210,7 @@ def remember_write(invoker: Invoker, candidate: MemoryCandidate, idempotency_key
     refusal = _remember_refusal(invoker, candidate)
     if refusal is not None:
         return _refused(write, refusal)
-    candidate = canonical(candidate)
+    candidate = canonical(invoker, candidate)
     user_id = invoker.user_id if candidate.scope == "user" else None
     owner = user_id if user_id is not None else invoker.organization_id
     refs = [ref.model_dump(exclude_none=True) for ref in candidate.subject_refs]

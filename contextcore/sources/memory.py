@@ -11,7 +11,8 @@
   subject resolves for this organization through the application resolvers, one query per ref
   kind. A ref of a kind no resolver owns, another tenant's row, a deleted row or a row that
   never existed drops the memory; so does a malformed stored ref, which costs only its own
-  memory (counted through ``on_drop`` and logged). No second query refills the answer.
+  memory (counted through ``on_drop`` and logged). No second query refills the answer. A ref
+  naming the organization itself or the asking user means no ref (CLARIFICATIONS 16).
 * A user memory is a ``personal_memory`` item, an organization memory a ``memory`` item
   (CLARIFICATIONS 7), each with the memory's subject key, cited as ``memory:<id>``.
 """
@@ -26,7 +27,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from contextcore.memory.models import MemorySubjectRef, parse_stored_refs
+from contextcore.memory.models import MemorySubjectRef, names_the_asker, parse_stored_refs
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.application import PROJECTIONS
 from contextcore.sources.common import NoOptions, parse_uuid
@@ -101,13 +102,18 @@ class MemoryContextSource:
                 if refused or len(refs) > 1:  # V1 resolves one subject per memory
                     self._drop("malformed_ref", record["id"])
                     continue
+                ref = refs[0] if refs else None
+                if ref is not None and names_the_asker(
+                    ref, subject.organization_id, subject.user_id
+                ):
+                    ref = None  # stored before the write path dropped it: it means no ref
                 rows.append(
                     _Row(
                         record["id"],
                         record["scope"],
                         record["subject_key"],
                         record["text"],
-                        refs[0] if refs else None,
+                        ref,
                         record["created_at"],
                     )
                 )

@@ -4,6 +4,7 @@ per ref kind, recency order and the cap."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -212,6 +213,43 @@ async def test_the_tenant_guard_drops_what_does_not_resolve_in_one_query_per_kin
     assert len(reads.of("memory.")) == 1
     acme_item = next(i for i in items if i.body == "Acme buys through a portal")
     assert acme_item.body_refs == [ResourceRef(kind="crm.company", id=str(acme))]
+
+
+async def test_a_ref_naming_the_asker_is_a_memory_about_its_owner_never_dropped(
+    admin: asyncpg.Connection, service: MemoryService, source: MemoryContextSource, reads: Reads
+) -> None:
+    """CLARIFICATIONS 16. Before, the write was answered ``superseded`` and the read dropped the
+    new revision as ``unknown_kind``: the memory and the one it replaced both vanished."""
+    org = await seed.organization(admin)
+    await remember(service, org, "British English", attribute="preference.language")
+    changed = await remember(
+        service,
+        org,
+        "American English",
+        attribute="preference.language",
+        ref=MemorySubjectRef(kind="organization", id=str(org).upper()),
+    )
+    assert changed.change == "superseded"
+    assert changed.memory.subject_refs == []
+    # a row stored before the write path dropped such a ref: read as no ref
+    await admin.execute(
+        "INSERT INTO memories (organization_id, definition_id, scope, user_id, subject_key, text,"
+        " subject_refs) VALUES ($1, $2, 'user', $3, $4, 'Alice reads on paper', $5::jsonb)",
+        org,
+        DEFINITION,
+        ALICE,
+        f"user:{ALICE}:preference.medium",
+        json.dumps([{"kind": "user", "id": str(ALICE)}]),
+    )
+    items = await source.retrieve(subject(org, user=ALICE), spec())
+    assert {(i.kind, i.body) for i in items} == {
+        ("memory", "American English"),
+        ("personal_memory", "Alice reads on paper"),
+    }
+    assert reads.drops == []
+    # another reader's own id does not lift the guard from Alice's ref
+    bob = await source.retrieve(subject(org, user=BOB), spec())
+    assert [i.body for i in bob] == ["American English"]
 
 
 async def test_newest_first_the_cap_and_a_zero_limit_that_reads_nothing(

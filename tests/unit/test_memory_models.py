@@ -17,7 +17,7 @@ from contextcore.memory.models import (
     not_blank,
     parse_stored_refs,
 )
-from contextcore.memory.service import fingerprint, subject_key
+from contextcore.memory.service import fingerprint, remember_write, subject_key
 from schemas.memory import ForgetV1, RememberV1, parse_memory_write
 
 ORG = uuid.UUID("7d000000-0000-4000-8000-0000000000a1")
@@ -68,6 +68,38 @@ def test_keys_come_from_the_ref_or_the_scope_owner() -> None:
     )
     shared = MemoryCandidate.model_validate(candidate(scope="organization"))
     assert subject_key(INVOKER, shared) == f"organization:{ORG}:preference.tone"
+
+
+@pytest.mark.parametrize(
+    ("scope", "kind", "spelling"),
+    [
+        ("organization", "organization", str(ORG)),
+        ("organization", "organization", str(ORG).upper()),
+        ("user", "user", str(USER)),
+        ("user", "user", USER.hex),
+        ("user", "organization", str(ORG)),
+    ],
+)
+def test_a_ref_naming_the_asker_is_written_as_no_ref(scope: str, kind: str, spelling: str) -> None:
+    """CLARIFICATIONS 16: the same key and the same stored row as no ref at all, so the read
+    never drops it as a kind no resolver owns."""
+    owned = MemoryCandidate.model_validate(
+        candidate(scope=scope, subject_refs=[{"kind": kind, "id": spelling}])
+    )
+    plain = MemoryCandidate.model_validate(candidate(scope=scope))
+    with_ref, without = (remember_write(INVOKER, c, "k") for c in (owned, plain))
+    assert with_ref["subject_key"] == without["subject_key"] == subject_key(INVOKER, plain)
+    assert with_ref["subject_refs"] == without["subject_refs"] == []
+
+
+def test_a_ref_naming_another_organization_or_user_is_kept() -> None:
+    for kind, other in (("organization", uuid.uuid4()), ("user", uuid.uuid4())):
+        memory = MemoryCandidate.model_validate(
+            candidate(subject_refs=[{"kind": kind, "id": str(other)}])
+        )
+        write = remember_write(INVOKER, memory, "k")
+        assert write["subject_key"] == f"{kind}:{other}:preference.tone"
+        assert write["subject_refs"] == [{"kind": kind, "id": str(other)}]
 
 
 def test_a_principal_is_exactly_one_of_a_user_or_a_trigger_and_flags_are_strict() -> None:
