@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Iterator
-from dataclasses import dataclass
+from collections.abc import Awaitable, Iterator, Mapping
+from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
@@ -23,6 +23,16 @@ from contextcore.errors import ConfigurationError, InfrastructureUnavailable
 class TopicSpec:
     name: str
     partitions: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+    """Topic configs set when the topic is created (an existing topic keeps its own)."""
+
+
+MEMORY_WRITE_CONFIGS = {"retention.ms": "172800000", "segment.ms": "86400000"}
+"""The memory-write topic holds memory text, which an erasure cannot reach: each record leaves
+within 3 days (2 days' retention, checked once its 1-day segment has rolled). A record is
+consumed in seconds; 2 days covers a weekend's outage of the memory consumer."""
+MEMORY_DEAD_LETTER_CONFIGS = {"retention.ms": "518400000", "segment.ms": "86400000"}
+"""The memory-write dead letters: within 7 days (6 days' retention, 1-day segments)."""
 
 
 def dead_letter_topic(topic: str) -> str:
@@ -58,8 +68,8 @@ def embed_topics(topics: TopicSettings) -> list[TopicSpec]:
 def memory_topics(topics: TopicSettings) -> list[TopicSpec]:
     """The memory-write topic and its dead-letter topic."""
     return [
-        TopicSpec(topics.memory_write, topics.memory_write_partitions),
-        TopicSpec(dead_letter_topic(topics.memory_write), 1),
+        TopicSpec(topics.memory_write, topics.memory_write_partitions, MEMORY_WRITE_CONFIGS),
+        TopicSpec(dead_letter_topic(topics.memory_write), 1, MEMORY_DEAD_LETTER_CONFIGS),
     ]
 
 
@@ -123,6 +133,7 @@ async def ensure_topics(
                             topic.name,
                             num_partitions=topic.partitions,
                             replication_factor=replication_factor,
+                            topic_configs=dict(topic.configs),
                         )
                     ]
                 )

@@ -5,11 +5,16 @@
              [--ref KIND:ID] [--run ID] [--idempotency-key K]
     forget   --organization ID --definition ID (--user ID | --trigger ID) MEMORY_ID
     health   --organization ID [--days 30]
+    erase    --organization ID (--user ID | --subject KIND:ID | --memory ID) [--apply]
 
 ``remember`` and ``forget`` go over the memory-write topic, as an agent's tool call does, and
 print the answer as JSON; ``health`` reads one organization's memory (runtime login, its scope
-only): live chains, chain lengths, refusals by reason. Exit status: 0 written (or health); 1
-refused; 2 a setting missing or a service unreachable.
+only): live chains, chain lengths, refusals by reason. ``erase`` is the operator's act for a
+person's right to erasure (docs/memory.md, "Erasure"): as the schema owner
+(``CONTEXTCORE_DATABASE_OWNER_URL``) it prints what matches (a user's memories and every memory
+about them, a subject's, or one memory's whole chain) and, with ``--apply``, removes their text
+and keeps the record. Exit status: 0 written (or health, or erase); 1 refused; 2 a setting
+missing or a service unreachable.
 """
 
 from __future__ import annotations
@@ -20,12 +25,15 @@ import sys
 from datetime import timedelta
 from uuid import UUID
 
+import asyncpg
+
 from broker.settings import KafkaSettings, TopicSettings
 from contextcore.errors import RequestRefused, run_command
+from contextcore.memory.erasure import Selector, erase, subject_selector
 from contextcore.memory.health import health
 from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef
 from contextcore.settings import DatabaseSettings
-from contextcore.storage.pool import create_pool
+from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import TenantDatabase
 from producers.memory import MemoryClient
 from schemas.memory import MemoryAnswerV1
@@ -94,6 +102,35 @@ async def _health(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _erase(args: argparse.Namespace) -> int:
+    selector: Selector
+    if args.user is not None:
+        selector, selected = "user", str(args.user)
+    elif args.subject is not None:
+        selector, selected = "subject", args.subject
+    else:
+        selector, selected = "memory", str(args.memory)
+    settings = DatabaseSettings()
+    conn = await connect(settings.require_owner_url(), timeout_s=settings.connect_timeout_s)
+    try:
+        done = await erase(conn, args.organization, selector, selected, apply=args.apply)
+    finally:
+        await conn.close()
+    verb = "erased" if done.erasure_id is not None else "would erase"
+    print(f"organization {args.organization}, {selector} {selected}")
+    print(
+        f"{verb}: {done.revisions} revisions of {done.chains} chains,"
+        f" {done.journal_rows} journal rows"
+    )
+    for memory_id in done.memory_ids:
+        print(f"  {memory_id}")
+    if done.erasure_id is not None:
+        print(f"erasure record {done.erasure_id}")
+    elif done.revisions and not args.apply:
+        print("a dry run: nothing was changed; add --apply to erase")
+    return 0
+
+
 def _principal(command: argparse.ArgumentParser) -> None:
     command.add_argument("--organization", type=UUID, required=True)
     command.add_argument("--definition", type=UUID, required=True, help="the owning agent")
@@ -123,9 +160,26 @@ def main(argv: list[str] | None = None) -> int:
     report = commands.add_parser("health", help="one organization's memory health")
     report.add_argument("--organization", type=UUID, required=True)
     report.add_argument("--days", type=int, default=30, help="the window of write calls (30)")
+    eraser = commands.add_parser(
+        "erase", help="erase a person's or a subject's memory text (an operator's act)"
+    )
+    eraser.add_argument("--organization", type=UUID, required=True)
+    matched = eraser.add_mutually_exclusive_group(required=True)
+    matched.add_argument("--user", type=UUID, help="their memories and every memory about them")
+    matched.add_argument(
+        "--subject", type=subject_selector, help="KIND:ID: every memory about this row"
+    )
+    matched.add_argument("--memory", type=UUID, help="the whole chain of this revision")
+    eraser.add_argument("--apply", action="store_true", help="erase (default: a dry run)")
     args = parser.parse_args(argv)
-    run = {"remember": _remember, "forget": _forget, "health": _health}[args.command]
-    return run_command("contextcore-memory", lambda: asyncio.run(run(args)), expected=(ValueError,))
+    run = {"remember": _remember, "forget": _forget, "health": _health, "erase": _erase}[
+        args.command
+    ]
+    return run_command(
+        "contextcore-memory",
+        lambda: asyncio.run(run(args)),
+        expected=(ValueError, asyncpg.PostgresError),
+    )
 
 
 if __name__ == "__main__":

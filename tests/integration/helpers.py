@@ -116,6 +116,16 @@ async def read_json(
     return records
 
 
+async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple[int, str, str]:
+    """A command's exit status, stdout and stderr."""
+    process = await asyncio.create_subprocess_exec(
+        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
 def free_port() -> int:
     """A port nothing listens on right now (for a metrics endpoint or a spare stack)."""
     with socket.socket() as sock:

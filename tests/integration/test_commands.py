@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -10,17 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Config, Database, StartConsumer
+from tests.integration.helpers import run
 
 pytestmark = pytest.mark.integration
-
-
-async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        *command, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-    )
-    out, err = await asyncio.wait_for(process.communicate(), timeout)
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 @pytest.mark.timeout(300)

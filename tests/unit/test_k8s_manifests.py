@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from broker.topics import MEMORY_DEAD_LETTER_CONFIGS, MEMORY_WRITE_CONFIGS
 from devstack.k8s_validate import render, validate
 from monitoring import k8s_rule
 
@@ -153,6 +154,28 @@ def test_scaling_never_exceeds_partitions_and_every_topic_has_its_dead_letter_to
         group = trigger["metadata"]["consumerGroup"]
         consumer = scaler["spec"]["scaleTargetRef"]["name"].removeprefix("contextcore-")
         assert group == config[f"CONTEXTCORE_{consumer.upper()}_GROUP_ID"]
+
+
+def test_memory_text_leaves_the_memory_topics_within_the_bound_the_code_sets(
+    objects: list[dict[str, Any]],
+) -> None:
+    """An erasure cannot reach a record on Kafka: docs/memory.md states the bound, the code
+    creates the topics with it (compose), and the manifests set the same."""
+    config = of_kind(objects, "ConfigMap")["contextcore"]["data"]
+    topics = {t["spec"]["topicName"]: t["spec"] for t in of_kind(objects, "KafkaTopic").values()}
+    memory_write = config["CONTEXTCORE_TOPIC_MEMORY_WRITE"]
+    for name, configs in (
+        (memory_write, MEMORY_WRITE_CONFIGS),
+        (f"{memory_write}.dlt", MEMORY_DEAD_LETTER_CONFIGS),
+    ):
+        manifest = topics[name]["config"]
+        assert {k: str(manifest[k]) for k in configs} == configs
+    days = (
+        int(MEMORY_DEAD_LETTER_CONFIGS["retention.ms"])
+        + int(MEMORY_DEAD_LETTER_CONFIGS["segment.ms"])
+    ) / 86_400_000
+    assert days == 7
+    assert "within 7 days" in (ROOT / "docs" / "memory.md").read_text()
 
 
 def test_the_database_bootstrap_makes_the_roles_and_pgvector(objects: list[dict[str, Any]]) -> None:

