@@ -193,6 +193,20 @@ class Librdkafka:
         assert where, "the broker did not acknowledge the record"
         return where[0]
 
+    def send_together(self, records: Sequence[tuple[str, bytes, int]]) -> None:
+        """Publish ``(topic, value, partition)`` records in one flush, so that they reach the
+        broker together, and wait for every acknowledgement."""
+        acknowledged: list[object] = []
+
+        def delivered(error: Any, message: Any) -> None:
+            assert error is None, error
+            acknowledged.append(message)
+
+        for topic, value, partition in records:
+            self.producer.produce(topic, value, partition=partition, on_delivery=delivered)
+        self.producer.flush(30)
+        assert len(acknowledged) == len(records), "the broker did not acknowledge every record"
+
     def reply(self, correlation_id: str, timeout: float = 30.0) -> dict[str, Any]:
         """The reply with ``correlation_id`` (keeping every other reply read meanwhile)."""
         deadline = time.monotonic() + timeout

@@ -10,6 +10,7 @@ import signal
 import sys
 import uuid
 from collections import Counter
+from typing import Any
 
 import asyncpg
 import pytest
@@ -99,43 +100,78 @@ async def test_a_model_supplied_subject_key_is_invalid_input_never_ignored(
     assert await admin.fetchval("SELECT count(*) FROM memories") == 0
 
 
+def forget_message(correlation_id: str, reply_to: str, memory_id: str) -> dict[str, Any]:
+    message = remember_message(correlation_id, reply_to, PRINCIPAL)
+    del message["memory"]
+    return {**message, "action": "forget", "memory_id": memory_id}
+
+
+RACES = {
+    "remember against remember": {("superseded", "superseded")},
+    "forget against remember": {("forgotten", "revived"), ("superseded", "not_live")},
+    "forget against forget": {("forgotten", "not_live")},
+}
+"""Each round's two calls, and the answers they may get in either order of commit."""
+
+
+@pytest.mark.timeout(300)
 async def test_writers_racing_through_kafka_end_in_one_linear_chain(
     ready: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
 ) -> None:
+    """Two memory consumers, each with a partition; each round sends two calls on one chain
+    together, one to each partition, so that two processes apply them in overlapping
+    transactions. With ``memories_one_child`` dropped, rounds fork the chain (issue 19)."""
     await start_consumer(ready, consumer="memory")
-    organization_memory = Invoker(organization_id=ORG, definition_id=DEFINITION, user_id=USER)
-
-    async def writer(number: int) -> list[str]:
-        async with client(ready) as memory:
-            answers = await asyncio.gather(
-                *(
-                    memory.remember(
-                        organization_memory,
-                        MemoryCandidate(
-                            scope="organization",
-                            attribute="observation.stage",
-                            text=f"stage {(number + i) % 5}",
-                        ),
-                    )
-                    for i in range(16)
-                )
-            )
-        return [a.change or a.reason or "" for a in answers]
-
-    outcomes = Counter(o for batch in await asyncio.gather(*map(writer, range(4))) for o in batch)
-    rows = await admin.fetch(
-        "SELECT id, supersedes_id FROM memories WHERE subject_key LIKE '%observation.stage'"
+    await start_consumer(ready, consumer="memory")
+    reply_to = ready.reply_topic("memory-race")
+    kafka = await asyncio.to_thread(Librdkafka, ready.bootstrap, reply_to)
+    topic = ready.topics.memory_write
+    key = f"user:{USER}:observation.stage"
+    head_of_chain = (
+        "SELECT id, forgotten_at IS NULL AS live FROM memory_heads WHERE subject_key = $1"
     )
-    assert sum(outcomes.values()) == 64
-    assert set(outcomes) <= {"created", "superseded", "duplicate"}
-    assert outcomes["created"] == 1
-    assert len(rows) == outcomes["created"] + outcomes["superseded"]
+
+    async def call(message: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.to_thread(kafka.send, topic, json.dumps(message).encode(), str(ORG).encode())
+        return await asyncio.to_thread(kafka.reply, message["correlation_id"], 60)
+
+    rounds: Counter[str] = Counter()
+    try:
+        await call(remember_message("seed", reply_to, PRINCIPAL, attribute="observation.stage"))
+        for number in range(36):
+            race = list(RACES)[number % len(RACES)]
+            head = await admin.fetchrow(head_of_chain, key)
+            assert head is not None
+            if not head["live"]:  # forgets need a live head
+                text = {"text": f"again {number}", "attribute": "observation.stage"}
+                await call(remember_message(f"live-{number}", reply_to, PRINCIPAL, **text))
+                head = await admin.fetchrow(head_of_chain, key)
+                assert head is not None
+            pair = []
+            for side in ("a", "b"):
+                name = f"{number}{side}"
+                if race.startswith("forget") and (side == "a" or race.endswith("forget")):
+                    pair.append(forget_message(name, reply_to, str(head["id"])))
+                else:
+                    text = {"text": f"stage {name}", "attribute": "observation.stage"}
+                    pair.append(remember_message(name, reply_to, PRINCIPAL, **text))
+            await asyncio.to_thread(
+                kafka.send_together,
+                [(topic, json.dumps(m).encode(), p) for p, m in enumerate(pair)],
+            )
+            answers = [await asyncio.to_thread(kafka.reply, m["correlation_id"], 60) for m in pair]
+            got = tuple(sorted(a.get("change") or a.get("reason") or "" for a in answers))
+            assert got in {tuple(sorted(o)) for o in RACES[race]}, (race, answers)
+            rounds[race] += 1
+    finally:
+        await asyncio.to_thread(kafka.close)
+    assert set(rounds.values()) == {12}
+    rows = await admin.fetch("SELECT id, supersedes_id FROM memories WHERE subject_key = $1", key)
     parents = [r["supersedes_id"] for r in rows if r["supersedes_id"] is not None]
     assert len(parents) == len(set(parents)) == len(rows) - 1  # one root, one child each
-    heads = await admin.fetchval(
-        "SELECT count(*) FROM memory_heads WHERE subject_key LIKE '%observation.stage'"
+    assert (
+        await admin.fetchval("SELECT count(*) FROM memory_heads WHERE subject_key = $1", key) == 1
     )
-    assert heads == 1
 
 
 @pytest.mark.timeout(300)

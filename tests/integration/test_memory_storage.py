@@ -363,24 +363,28 @@ async def test_one_idempotency_key_is_one_answer_and_one_row(
 async def test_writers_racing_on_one_chain_form_one_linear_chain(
     admin: asyncpg.Connection, database: Database
 ) -> None:
-    pool = await asyncpg.create_pool(database.url, min_size=8, max_size=16)
+    """Every call in a transaction of its own (a batch of one), eight at a time, remembers and
+    forgets of the live head mixed: they overlap for real. The deterministic races, one per
+    rule, and their failure without the rule are in test_memory_rules."""
+    pool = await asyncpg.create_pool(database.url, min_size=8, max_size=8)
     assert pool is not None
     try:
-        service = MemoryService(TenantDatabase(pool))
+        service = MemoryService(TenantDatabase(pool), max_batch=1, concurrency=8)
+        root = written(await service.remember(user(), candidate("root", "observation.race"), key()))
         calls = [
             service.remember(user(), candidate(f"text {i % 7}", "observation.race"), key())
-            for i in range(64)
+            for i in range(48)
         ]
-        calls += [
-            service.forget(user(), uuid.uuid4(), key()) for _ in range(4)
-        ]  # noise: ids that are no memory
-        answers = await asyncio.gather(*calls)
+        calls += [service.forget(user(), root.memory.id, key()) for _ in range(4)]
+        answers = [root, *await asyncio.gather(*calls)]
     finally:
         await pool.close()
     outcomes = Counter(a.change if isinstance(a, Written) else a.reason for a in answers)
     rows = await chain(admin, ORG_A, "observation.race")
     assert outcomes["created"] == 1
-    assert len(rows) == outcomes["created"] + outcomes["superseded"]
+    assert outcomes["forgotten"] <= 1  # the root is live once
+    appended = outcomes["created"] + outcomes["superseded"] + outcomes["revived"]
+    assert len(rows) == appended + outcomes["forgotten"]
     roots = [r for r in rows if r["supersedes_id"] is None]
     parents = [r["supersedes_id"] for r in rows if r["supersedes_id"] is not None]
     assert len(roots) == 1
