@@ -375,6 +375,14 @@ MEMORY = Board(
                 "s",
                 quantiles("contextcore_consumer_stage_seconds", 'consumer="memory", stage="apply"'),
             ),
+            Panel(
+                "Chain length at write",
+                "short",
+                quantiles("contextcore_memory_chain_length", ""),
+                description="Revisions of the chain each write appended to (a tombstone counts). "
+                "A long chain is one fact rewritten again and again; contextcore-memory health "
+                "shows one organization's chains.",
+            ),
         ],
         "Reading": [
             replace(MEMORIES_DROPPED, width=24),

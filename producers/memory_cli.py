@@ -99,6 +99,8 @@ async def _health(args: argparse.Namespace) -> int:
         print(f"  {key}: {calls}")
     rate = report.refusal_rate
     print(f"refusal rate: {'n/a' if rate is None else f'{rate:.1%}'}")
+    drops = ", ".join(f"{reason}: {n}" for reason, n in report.dropped_at_read.items())
+    print(f"live memories the memory source drops at read: {drops or 'none'}")
     return 0
 
 

@@ -45,9 +45,11 @@ class MemoryHandler:
         except MemoryContention as error:
             return Retry("contention", str(error))
         if isinstance(answer, Written):
-            self.metrics.count_write(call.action, "written")
-            if not answer.replayed:  # a replay appended nothing
-                self.metrics.count_change(answer.change)
+            if answer.replayed:  # answered from the journal: nothing appended
+                self.metrics.count_write(call.action, "replayed")
+            else:
+                self.metrics.count_write(call.action, "written")
+                self.metrics.count_change(answer.change, answer.chain_length)
         else:
             self.metrics.count_write(call.action, "refused", answer.reason)
         return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))

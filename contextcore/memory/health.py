@@ -1,5 +1,6 @@
-"""One organization's memory health: live chains, chain lengths, and how often writes are
-refused and why (``contextcore-memory health``). Read in the organization's scope only."""
+"""One organization's memory health: live chains, chain lengths, how often writes are refused
+and why, and which live memories the memory source drops at read and why
+(``contextcore-memory health``). Read in the organization's scope only."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
+from contextcore.sources.memory import drop_reason, resolve, stored_subject
 from contextcore.storage.tenancy import TenantDatabase, TenantQuery
 
 CHAINS = TenantQuery(
@@ -39,6 +41,17 @@ ORDER BY operation, outcome, reason
 )
 
 
+LIVE_REFS = TenantQuery(
+    "memory.health.live_refs",
+    """
+-- memory.health.live_refs: the live memories that name a subject (only they can be dropped)
+SELECT user_id, subject_refs
+FROM live_memories
+WHERE organization_id = $1 AND subject_refs <> '[]'::jsonb
+""",
+)
+
+
 @dataclass(frozen=True)
 class MemoryHealth:
     organization_id: UUID
@@ -49,6 +62,9 @@ class MemoryHealth:
     window: timedelta
     calls: dict[str, int]
     """``<operation> <outcome>[ <reason>]`` -> calls in the window."""
+    dropped_at_read: dict[str, int]
+    """Live memories the memory source drops now, by reason (``malformed_ref``,
+    ``unknown_kind``, ``unresolved_ref``): what the tenant guard keeps out of every brief."""
 
     @property
     def refusal_rate(self) -> float | None:
@@ -60,9 +76,21 @@ class MemoryHealth:
 async def health(
     database: TenantDatabase, organization_id: UUID, window: timedelta
 ) -> MemoryHealth:
+    dropped: dict[str, int] = {}
     async with database.scoped(organization_id) as tenant:
         chains = await tenant.fetch(CHAINS)
         writes = await tenant.fetch(WRITES, window)
+        subjects = []
+        for row in await tenant.fetch(LIVE_REFS):
+            ref, malformed = stored_subject(row["subject_refs"], organization_id, row["user_id"])
+            if malformed:
+                dropped["malformed_ref"] = dropped.get("malformed_ref", 0) + 1
+            else:
+                subjects.append(ref)
+        resolved = await resolve(tenant, [ref for ref in subjects if ref is not None])
+    for ref in subjects:
+        if (reason := drop_reason(ref, resolved)) is not None:
+            dropped[reason] = dropped.get(reason, 0) + 1
     return MemoryHealth(
         organization_id=organization_id,
         chains=sum(r["chains"] for r in chains),
@@ -73,4 +101,5 @@ async def health(
             " ".join(p for p in (r["operation"], r["outcome"], r["reason"]) if p): r["calls"]
             for r in writes
         },
+        dropped_at_read=dict(sorted(dropped.items())),
     )

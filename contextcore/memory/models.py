@@ -148,6 +148,8 @@ class Written(BaseModel):
     change: Change
     memory: AgentMemory
     replayed: bool = False
+    chain_length: int | None = None
+    """The chain's revisions with this one (a tombstone counts); ``None`` for a replay."""
     """Answered from the journal: an earlier call with this idempotency key appended it."""
 
 

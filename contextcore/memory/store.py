@@ -17,13 +17,14 @@ from contextcore.memory.models import AgentMemory, Answer, Refusal, Written, par
 from contextcore.storage.tenancy import Connection
 
 # memory.apply: the writes of one batch, in order; one answer per write with the revision it
-# names (the appended one, or the journal's for a replay). SQLSTATE CC001: a writer lost the race
-# for a head 32 times; CC002: a writer of the same idempotency key committed meanwhile.
+# names (the appended one, or the journal's for a replay) and the chain's length (00026).
+# SQLSTATE CC001: a writer lost the race for a head 32 times; CC002: a writer of the same
+# idempotency key committed meanwhile.
 APPLY = """
 -- memory.apply (migration 00011)
 SELECT ordinal, outcome, reason, message, replayed, organization_id, id, definition_id, scope,
        user_id, subject_key, text, subject_refs, proposed_by_run_id, supersedes_id,
-       forgotten_at, created_at
+       forgotten_at, created_at, chain_length
 FROM memory_apply($1::jsonb)
 """
 
@@ -54,7 +55,12 @@ def answer_of(row: asyncpg.Record) -> Answer:
         return Refusal(reason=row["reason"], message=row["message"] or "", replayed=row["replayed"])
     if row["id"] is None:  # the journal's foreign key keeps the revision: only a bug gets here
         raise LookupError(f"write {row['ordinal']} answered {row['outcome']} with no revision")
-    return Written(change=row["outcome"], memory=memory_of(row), replayed=row["replayed"])
+    return Written(
+        change=row["outcome"],
+        memory=memory_of(row),
+        replayed=row["replayed"],
+        chain_length=row["chain_length"],
+    )
 
 
 async def apply(conn: Connection, writes: list[dict[str, Any]]) -> list[Answer]:

@@ -31,7 +31,7 @@ from contextcore.memory.models import MemorySubjectRef, names_the_asker, parse_s
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.application import PROJECTIONS
 from contextcore.sources.common import NoOptions, parse_uuid
-from contextcore.storage.tenancy import TenantDatabase, TenantQuery
+from contextcore.storage.tenancy import TenantConnection, TenantDatabase, TenantQuery
 
 log = logging.getLogger("contextcore.sources.memory")
 
@@ -98,15 +98,12 @@ class MemoryContextSource:
                 )
             rows: list[_Row] = []
             for record in records:
-                refs, refused = parse_stored_refs(record["subject_refs"])
-                if refused or len(refs) > 1:  # V1 resolves one subject per memory
+                ref, malformed = stored_subject(
+                    record["subject_refs"], subject.organization_id, subject.user_id
+                )
+                if malformed:
                     self._drop("malformed_ref", record["id"])
                     continue
-                ref = refs[0] if refs else None
-                if ref is not None and names_the_asker(
-                    ref, subject.organization_id, subject.user_id
-                ):
-                    ref = None  # stored before the write path dropped it: it means no ref
                 rows.append(
                     _Row(
                         record["id"],
@@ -117,28 +114,17 @@ class MemoryContextSource:
                         record["created_at"],
                     )
                 )
-            wanted: dict[str, set[UUID]] = {}
-            for row in rows:
-                if row.ref is None or row.ref.kind not in PROJECTIONS:
-                    continue
-                if (row_id := parse_uuid(row.ref.id)) is not None:
-                    wanted.setdefault(row.ref.kind, set()).add(row_id)
-            resolved: set[tuple[str, UUID]] = set()
-            for kind, ids in wanted.items():  # one query per kind, never one per memory
-                for found in await tenant.fetch(PROJECTIONS[kind].query, sorted(ids)):
-                    resolved.add((kind, found["id"]))
+            resolved = await resolve(tenant, [row.ref for row in rows if row.ref is not None])
         items: list[ContextItem] = []
         for row in rows:
-            body_refs: list[ResourceRef] = []
-            if row.ref is not None:
-                if row.ref.kind not in PROJECTIONS:
-                    self._drop("unknown_kind", row.id)
-                    continue
-                row_id = parse_uuid(row.ref.id)
-                if row_id is None or (row.ref.kind, row_id) not in resolved:
-                    self._drop("unresolved_ref", row.id)
-                    continue
-                body_refs.append(ResourceRef(kind=row.ref.kind, id=str(row_id)))
+            if (reason := drop_reason(row.ref, resolved)) is not None:
+                self._drop(reason, row.id)
+                continue
+            body_refs = (
+                [ResourceRef(kind=row.ref.kind, id=str(parse_uuid(row.ref.id)))]
+                if row.ref is not None
+                else []
+            )
             items.append(
                 ContextItem(
                     source=self.name,
@@ -157,3 +143,44 @@ class MemoryContextSource:
         log.warning("memory %s dropped from the brief: %s", memory_id, reason)
         if self.on_drop is not None:
             self.on_drop(reason)
+
+
+def stored_subject(
+    raw: object, organization_id: UUID, user_id: UUID | None
+) -> tuple[MemorySubjectRef | None, bool]:
+    """The subject a stored ``subject_refs`` value names (``None``: the memory is about its
+    scope's owner), and whether the value is malformed (the memory is then dropped). A ref naming
+    the organization itself or the asking user means no ref (CLARIFICATIONS 16)."""
+    refs, refused = parse_stored_refs(raw)
+    if refused or len(refs) > 1:  # V1 resolves one subject per memory
+        return None, True
+    ref = refs[0] if refs else None
+    if ref is not None and names_the_asker(ref, organization_id, user_id):
+        return None, False  # stored before the write path dropped it
+    return ref, False
+
+
+async def resolve(tenant: TenantConnection, refs: list[MemorySubjectRef]) -> set[tuple[str, UUID]]:
+    """The ``(kind, id)`` of ``refs`` that name a row of this organization: one query per kind a
+    resolver owns, never one per memory."""
+    wanted: dict[str, set[UUID]] = {}
+    for ref in refs:
+        if ref.kind in PROJECTIONS and (row_id := parse_uuid(ref.id)) is not None:
+            wanted.setdefault(ref.kind, set()).add(row_id)
+    resolved: set[tuple[str, UUID]] = set()
+    for kind, ids in wanted.items():
+        for found in await tenant.fetch(PROJECTIONS[kind].query, sorted(ids)):
+            resolved.add((kind, found["id"]))
+    return resolved
+
+
+def drop_reason(ref: MemorySubjectRef | None, resolved: set[tuple[str, UUID]]) -> DropReason | None:
+    """Why the tenant guard drops a memory about ``ref`` (``None``: it is kept)."""
+    if ref is None:
+        return None
+    if ref.kind not in PROJECTIONS:
+        return "unknown_kind"
+    row_id = parse_uuid(ref.id)
+    if row_id is None or (ref.kind, row_id) not in resolved:
+        return "unresolved_ref"
+    return None

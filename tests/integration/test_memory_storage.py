@@ -7,11 +7,13 @@ import asyncio
 import json
 import uuid
 from collections import Counter
+from datetime import timedelta
 
 import asyncpg
 import pytest
 
 from contextcore.memory import store
+from contextcore.memory.health import health
 from contextcore.memory.models import (
     Invoker,
     MemoryCandidate,
@@ -344,7 +346,7 @@ async def test_one_idempotency_key_is_one_answer_and_one_row(
     answers = await asyncio.gather(
         *(service.remember(user(), candidate("same call"), once) for _ in range(5))
     )
-    assert len({a.model_dump_json(exclude={"replayed"}) for a in answers}) == 1
+    assert len({a.model_dump_json(exclude={"replayed", "chain_length"}) for a in answers}) == 1
     assert sum(not a.replayed for a in answers) == 1  # one appended, four answered from the journal
     assert len(await chain(admin, ORG_A, "preference.language")) == 1
     # a refusal is journaled too: the same key is the same refusal
@@ -400,6 +402,44 @@ async def test_writers_racing_on_one_chain_form_one_linear_chain(
         walked += 1
         current = by_id[current]["supersedes_id"]
     assert walked == len(rows)
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_each_write_answers_its_chain_length_and_a_replay_none(
+    service: MemoryService,
+) -> None:
+    """Migration 00026: what the memory consumer's ``contextcore_memory_chain_length``
+    histogram observes."""
+    first = written(await service.remember(user(), candidate("one"), key()))
+    again = key()
+    second = written(await service.remember(user(), candidate("two"), again))
+    gone = written(await service.forget(user(), second.memory.id, key()))
+    other = written(await service.remember(user(), candidate("x", "observation.other"), key()))
+    replay = written(await service.remember(user(), candidate("two"), again))
+    assert [a.chain_length for a in (first, second, gone, other)] == [1, 2, 3, 1]
+    assert replay.replayed
+    assert replay.chain_length is None
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_health_counts_what_the_memory_source_drops_at_read_per_organization(
+    admin: asyncpg.Connection, service: MemoryService, tenant_db: TenantDatabase
+) -> None:
+    async def about(org: uuid.UUID, kind: str, row: str, attribute: str) -> None:
+        ref = MemorySubjectRef(kind=kind, id=row)
+        written(
+            await service.remember(user(org), candidate("t", attribute, subject_refs=[ref]), key())
+        )
+
+    await about(ORG_A, "crm.unicorn", "x", "observation.a")
+    await about(ORG_A, "crm.company", str(uuid.uuid4()), "observation.b")
+    await about(ORG_A, "crm.company", "not-a-uuid", "observation.c")
+    await about(ORG_B, "crm.unicorn", "x", "observation.a")
+    written(await service.remember(user(), candidate("no subject"), key()))
+    report = await health(tenant_db, ORG_A, timedelta(days=1))
+    assert report.dropped_at_read == {"unknown_kind": 1, "unresolved_ref": 2}
+    other = await health(tenant_db, ORG_B, timedelta(days=1))
+    assert other.dropped_at_read == {"unknown_kind": 1}
 
 
 @pytest.mark.usefixtures("tenants")

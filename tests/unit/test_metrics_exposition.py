@@ -59,7 +59,8 @@ def memory() -> CollectorRegistry:
     memory = MemoryMetrics.create(metrics.registry)
     memory.count_write("remember", "written")
     memory.count_write("forget", "refused", "not_live")
-    memory.count_change("superseded")
+    memory.count_change("superseded", 2)
+    memory.count_write("remember", "replayed")
     return metrics.registry
 
 
