@@ -30,7 +30,7 @@ FROM memory_erase($1, $2, $3, $4)
 """
 
 # memory.vacuum: the old row versions that still hold erased text leave the table files
-VACUUM = "VACUUM (ANALYZE) memories, memory_writes"
+VACUUM = "VACUUM memories, memory_writes"
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,6 @@ async def erase(
         journal_rows=row["journal_rows"],
         memory_ids=tuple(row["memory_ids"]),
     )
-    if erasure.erasure_id is not None:
+    if apply:  # also after a rerun that matched nothing: an earlier vacuum may have failed
         await conn.execute(VACUUM)
     return erasure

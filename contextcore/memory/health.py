@@ -45,7 +45,7 @@ LIVE_REFS = TenantQuery(
     "memory.health.live_refs",
     """
 -- memory.health.live_refs: the live memories that name a subject (only they can be dropped)
-SELECT user_id, subject_refs
+SELECT scope, user_id, subject_refs
 FROM live_memories
 WHERE organization_id = $1 AND subject_refs <> '[]'::jsonb
 """,
@@ -82,7 +82,9 @@ async def health(
         writes = await tenant.fetch(WRITES, window)
         subjects = []
         for row in await tenant.fetch(LIVE_REFS):
-            ref, malformed = stored_subject(row["subject_refs"], organization_id, row["user_id"])
+            ref, malformed = stored_subject(
+                row["subject_refs"], row["scope"], organization_id, row["user_id"]
+            )
             if malformed:
                 dropped["malformed_ref"] = dropped.get("malformed_ref", 0) + 1
             else:

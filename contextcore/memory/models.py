@@ -148,9 +148,9 @@ class Written(BaseModel):
     change: Change
     memory: AgentMemory
     replayed: bool = False
+    """Answered from the journal: an earlier call with this idempotency key appended it."""
     chain_length: int | None = None
     """The chain's revisions with this one (a tombstone counts); ``None`` for a replay."""
-    """Answered from the journal: an earlier call with this idempotency key appended it."""
 
 
 class Refusal(BaseModel):
@@ -193,18 +193,30 @@ def parse_stored_refs(raw: object) -> tuple[list[MemorySubjectRef], int]:
     return kept, refused
 
 
-def names_the_asker(ref: MemorySubjectRef, organization_id: UUID, user_id: UUID | None) -> bool:
-    """Whether ``ref`` names the scope's owner itself: kind ``organization`` with the caller's
-    organization, or ``user`` with the asking user (any spelling of the UUID).
+def names_the_scope_owner(
+    ref: MemorySubjectRef, scope: str, organization_id: UUID, user_id: UUID | None
+) -> bool:
+    """Whether ``ref`` names its memory's scope owner itself: kind ``organization`` with the
+    organization, in organization scope; kind ``user`` with the user, in user scope (any
+    spelling of the UUID).
 
-    Such a ref means the same as no ref (CLARIFICATIONS 16): the write path drops it, so the
-    memory is keyed and read as one about its owner, and the read path treats a stored one the
-    same way. No resolver owns these two kinds, so a memory written with one was dropped at
-    every read (``unknown_kind``), the revision it superseded with it."""
+    Such a ref means the same as no ref (CLARIFICATIONS 16, and item 8 makes the same key): the
+    write path drops it and the read path treats a stored one the same way. No resolver owns
+    these two kinds, so before, a memory written with one was dropped at every read
+    (``unknown_kind``), the revision it superseded with it. Any other ref of the two kinds is
+    refused (:data:`OWNER_KINDS`)."""
     try:
         named = UUID(ref.id)
     except ValueError:
         return False
-    return (ref.kind == "organization" and named == organization_id) or (
-        ref.kind == "user" and user_id is not None and named == user_id
-    )
+    if scope == "organization":
+        return ref.kind == "organization" and named == organization_id
+    return ref.kind == "user" and user_id is not None and named == user_id
+
+
+OWNER_KINDS = ("organization", "user")
+"""Ref kinds that name a scope owner: no resolver owns them. A ref of one of them that is not
+the memory's own scope owner (a user named in organization scope, another organization) is
+refused as ``invalid_input``: it would be dropped at every read, and a ref naming the asking
+user in organization scope is not the same as no ref (that would make a user's fact visible to
+the whole organization under the organization's key)."""

@@ -36,11 +36,12 @@ from contextcore.errors import ContextcoreError
 from contextcore.memory import store
 from contextcore.memory.models import (
     NAMESPACES,
+    OWNER_KINDS,
     Answer,
     Invoker,
     MemoryCandidate,
     Refusal,
-    names_the_asker,
+    names_the_scope_owner,
 )
 from contextcore.models import ResourceRef, make_subject_key
 from contextcore.sources.common import parse_uuid
@@ -71,11 +72,11 @@ def subject_key(invoker: Invoker, candidate: MemoryCandidate) -> str:
 def canonical(invoker: Invoker, candidate: MemoryCandidate) -> MemoryCandidate:
     """The candidate with a UUID-shaped ref id in its one canonical form (lower case, hyphens),
     as the resolvers return it: ``6F9619FF…`` and ``6f9619ff-…`` name one row, so they must
-    make one subject key, one chain and one ``duplicate``. A ref naming the caller's own
-    organization or user is dropped: it means no ref (:func:`names_the_asker`)."""
+    make one subject key, one chain and one ``duplicate``. A ref naming the memory's own scope
+    owner is dropped: it means no ref (:func:`names_the_scope_owner`)."""
     refs = []
     for ref in candidate.subject_refs:
-        if names_the_asker(ref, invoker.organization_id, invoker.user_id):
+        if names_the_scope_owner(ref, candidate.scope, invoker.organization_id, invoker.user_id):
             continue
         row_id = parse_uuid(ref.id)
         refs.append(ref if row_id is None else ref.model_copy(update={"id": str(row_id)}))
@@ -254,6 +255,16 @@ def _remember_refusal(invoker: Invoker, candidate: MemoryCandidate) -> Refusal |
         return Refusal(
             reason="trigger_user_scope", message="a trigger has no user: organization scope only"
         )
+    for ref in candidate.subject_refs:
+        if ref.kind in OWNER_KINDS and not names_the_scope_owner(
+            ref, candidate.scope, invoker.organization_id, invoker.user_id
+        ):
+            return Refusal(
+                reason="invalid_input",
+                message=f"subject ref {ref.kind}:{ref.id} names no row a resolver owns: a memory "
+                f"about its own {candidate.scope} takes no ref, and one about another "
+                f"{ref.kind} would be dropped at every read",
+            )
     return None
 
 

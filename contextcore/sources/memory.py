@@ -12,7 +12,7 @@
   kind. A ref of a kind no resolver owns, another tenant's row, a deleted row or a row that
   never existed drops the memory; so does a malformed stored ref, which costs only its own
   memory (counted through ``on_drop`` and logged). No second query refills the answer. A ref
-  naming the organization itself or the asking user means no ref (CLARIFICATIONS 16).
+  naming the memory's own scope owner means no ref (CLARIFICATIONS 16).
 * A user memory is a ``personal_memory`` item, an organization memory a ``memory`` item
   (CLARIFICATIONS 7), each with the memory's subject key, cited as ``memory:<id>``.
 """
@@ -27,7 +27,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from contextcore.memory.models import MemorySubjectRef, names_the_asker, parse_stored_refs
+from contextcore.memory.models import MemorySubjectRef, names_the_scope_owner, parse_stored_refs
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.application import PROJECTIONS
 from contextcore.sources.common import NoOptions, parse_uuid
@@ -98,8 +98,11 @@ class MemoryContextSource:
                 )
             rows: list[_Row] = []
             for record in records:
-                ref, malformed = stored_subject(
-                    record["subject_refs"], subject.organization_id, subject.user_id
+                ref, malformed = stored_subject(  # a user memory's user is the asking user
+                    record["subject_refs"],
+                    record["scope"],
+                    subject.organization_id,
+                    subject.user_id,
                 )
                 if malformed:
                     self._drop("malformed_ref", record["id"])
@@ -146,16 +149,17 @@ class MemoryContextSource:
 
 
 def stored_subject(
-    raw: object, organization_id: UUID, user_id: UUID | None
+    raw: object, scope: str, organization_id: UUID, user_id: UUID | None
 ) -> tuple[MemorySubjectRef | None, bool]:
     """The subject a stored ``subject_refs`` value names (``None``: the memory is about its
     scope's owner), and whether the value is malformed (the memory is then dropped). A ref naming
-    the organization itself or the asking user means no ref (CLARIFICATIONS 16)."""
+    the memory's own scope owner means no ref (CLARIFICATIONS 16); ``user_id`` is the memory's
+    user (user scope)."""
     refs, refused = parse_stored_refs(raw)
     if refused or len(refs) > 1:  # V1 resolves one subject per memory
         return None, True
     ref = refs[0] if refs else None
-    if ref is not None and names_the_asker(ref, organization_id, user_id):
+    if ref is not None and names_the_scope_owner(ref, scope, organization_id, user_id):
         return None, False  # stored before the write path dropped it
     return ref, False
 

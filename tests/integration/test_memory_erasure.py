@@ -5,7 +5,9 @@ records; the update trigger lets exactly an erasure through."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import json
 import os
 import sys
 import uuid
@@ -14,6 +16,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from contextcore.memory import store
 from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
 from contextcore.memory.service import MemoryService, remember_write
 from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
@@ -117,19 +120,24 @@ async def test_erasing_a_user_removes_every_copy_of_the_text_and_keeps_the_trail
     assert duplicate.reason == "duplicate"
     address = await write(service, alice, note(ERASED[2], "observation.address"), "k-address")
     assert isinstance(await service.forget(alice, address.memory.id, "k-forget"), Written)
-    # Bob, in organization scope, about Alice: keyed user:<alice>, with a label that names her
-    label = MemorySubjectRef(kind="user", id=str(ALICE), label=ERASED[4])
-    about = await write(
-        service, bob, note(ERASED[3], "observation.manager", "organization", label), "k-about"
+    # an organization memory about Alice, keyed user:<alice> with a label that names her, as
+    # one written before such refs were refused (CLARIFICATIONS 16) may be stored
+    await admin.execute(
+        "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
+        " subject_refs) VALUES ($1, $2, 'organization', $3, $4, $5::jsonb)",
+        ORG,
+        DEFINITION,
+        f"user:{ALICE}:observation.manager",
+        ERASED[3],
+        json.dumps([{"kind": "user", "id": str(ALICE), "label": ERASED[4]}]),
     )
-    assert about.memory.subject_key == f"user:{ALICE}:observation.manager"
     await write(service, bob, note(KEPT[0], "preference.tea"), "k-bob")
     await write(service, invoker(ALICE, OTHER_ORG), note(KEPT[1], "observation.allergy"), "k-other")
     fingerprints = [
         remember_write(alice, allergy, keys["first"])["request_sha256"],
-        await admin.fetchval(
-            "SELECT request_sha256 FROM memory_writes WHERE idempotency_key = 'k-about'"
-        ),
+        remember_write(alice, note(ERASED[1], "observation.allergy"), keys["duplicate"])[
+            "request_sha256"
+        ],
     ]
     before = await dump(database)
     for text in (*ERASED, *KEPT, *fingerprints):
@@ -141,7 +149,7 @@ async def test_erasing_a_user_removes_every_copy_of_the_text_and_keeps_the_trail
         database, "--organization", str(ORG), "--user", str(ALICE)
     )
     assert status == 0, err
-    assert "would erase: 5 revisions of 3 chains, 6 journal rows" in out, out
+    assert "would erase: 5 revisions of 3 chains, 5 journal rows" in out, out
     assert "--apply" in out
     assert await dump(database) == before
 
@@ -149,7 +157,7 @@ async def test_erasing_a_user_removes_every_copy_of_the_text_and_keeps_the_trail
         database, "--organization", str(ORG), "--user", str(ALICE), "--apply"
     )
     assert status == 0, err
-    assert "erased: 5 revisions of 3 chains, 6 journal rows" in out, out
+    assert "erased: 5 revisions of 3 chains, 5 journal rows" in out, out
 
     after = await dump(database)
     for text in (*ERASED, *fingerprints):
@@ -163,7 +171,7 @@ async def test_erasing_a_user_removes_every_copy_of_the_text_and_keeps_the_trail
     assert record["organization_id"] == ORG
     assert record["erased_by"] == Login.of(database.owner_url).user
     assert (record["selector"], record["selected"]) == ("user", str(ALICE))
-    assert (record["chains"], record["revisions"], record["journal_rows"]) == (3, 5, 6)
+    assert (record["chains"], record["revisions"], record["journal_rows"]) == (3, 5, 5)
     assert changed.memory.id in record["memory_ids"]
 
     # the memory source never shows an erased chain
@@ -296,10 +304,21 @@ async def test_the_update_trigger_lets_through_an_erasure_and_nothing_else(
             (fresh.id, record),
             asyncpg.RestrictViolationError,
         ),
-        (
+        (  # a live head the record does not list, though the change is an erasure's
+            "UPDATE memories SET text = NULL, erasure_id = $2 WHERE id = $1",
+            (fresh.id, record),
+            asyncpg.RestrictViolationError,
+        ),
+        (  # no such record
             "UPDATE memories SET text = NULL, erasure_id = $2 WHERE id = $1",
             (fresh.id, uuid.uuid4()),
-            asyncpg.ForeignKeyViolationError,
+            asyncpg.RestrictViolationError,
+        ),
+        (  # a journal row naming a revision the record does not list
+            "UPDATE memory_writes SET request_sha256 = repeat('0', 64), erasure_id = $2"
+            " WHERE memory_id = $1",
+            (fresh.id, record),
+            asyncpg.RestrictViolationError,
         ),
         ("UPDATE memory_erasures SET chains = 0", (), asyncpg.RestrictViolationError),
         ("TRUNCATE memory_erasures CASCADE", (), asyncpg.RestrictViolationError),
@@ -308,3 +327,42 @@ async def test_the_update_trigger_lets_through_an_erasure_and_nothing_else(
         with pytest.raises(error):
             await admin.execute(statement, *args)
     assert await admin.fetchval("SELECT text FROM memories WHERE id = $1", fresh.id) == "kept"
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_writer_that_arrives_during_an_erasure_waits_for_it(
+    admin: asyncpg.Connection, service: MemoryService, database: Database
+) -> None:
+    """Migration 00027. A writer used to read the head while an erasure was uncommitted, decide
+    ``duplicate`` against the text being erased, and journal that refusal, fingerprint and all,
+    after the erasure. Now memory_apply takes its lock before any read: the writer waits, then
+    finds the chain tombstoned and starts it again."""
+    alice = invoker(ALICE)
+    await write(service, alice, note(ERASED[0], "observation.allergy"), "k1")
+    owner = await asyncpg.connect(database.owner_url)
+    writer = await asyncpg.connect(database.url)
+    try:
+        erasure = owner.transaction()
+        await erasure.start()
+        await owner.fetchrow("SELECT * FROM memory_erase($1, 'user', $2, true)", ORG, str(ALICE))
+        writing = writer.transaction()
+        await writing.start()
+        await writer.execute("SELECT set_config('role', 'contextcore_app', true)")
+        again = remember_write(alice, note(ERASED[0], "observation.allergy"), "k2")
+        applied = asyncio.create_task(store.apply(writer, [again]))
+        waits = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'"
+        async with asyncio.timeout(30):  # a condition of another session: polled
+            while not await admin.fetchval(waits, writer.get_server_pid()):
+                assert not applied.done(), "the writer did not wait for the erasure"
+                await asyncio.sleep(0.01)
+        await erasure.commit()
+        (answer,) = await applied
+        await writing.commit()
+    finally:
+        await owner.close()
+        await writer.close()
+    assert isinstance(answer, Written)
+    assert answer.change == "revived"
+    assert (
+        await admin.fetchval("SELECT count(*) FROM memory_writes WHERE reason = 'duplicate'") == 0
+    )

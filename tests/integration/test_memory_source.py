@@ -215,7 +215,7 @@ async def test_the_tenant_guard_drops_what_does_not_resolve_in_one_query_per_kin
     assert acme_item.body_refs == [ResourceRef(kind="crm.company", id=str(acme))]
 
 
-async def test_a_ref_naming_the_asker_is_a_memory_about_its_owner_never_dropped(
+async def test_a_ref_naming_the_scope_owner_is_a_memory_about_it_never_dropped(
     admin: asyncpg.Connection, service: MemoryService, source: MemoryContextSource, reads: Reads
 ) -> None:
     """CLARIFICATIONS 16. Before, the write was answered ``superseded`` and the read dropped the
@@ -247,9 +247,18 @@ async def test_a_ref_naming_the_asker_is_a_memory_about_its_owner_never_dropped(
         ("personal_memory", "Alice reads on paper"),
     }
     assert reads.drops == []
-    # another reader's own id does not lift the guard from Alice's ref
-    bob = await source.retrieve(subject(org, user=BOB), spec())
-    assert [i.body for i in bob] == ["American English"]
+    # an organization memory naming a user is not about the organization: still dropped
+    await admin.execute(
+        "INSERT INTO memories (organization_id, definition_id, scope, subject_key, text,"
+        " subject_refs) VALUES ($1, $2, 'organization', $3, 'about Alice', $4::jsonb)",
+        org,
+        DEFINITION,
+        f"user:{ALICE}:observation.leave",
+        json.dumps([{"kind": "user", "id": str(ALICE)}]),
+    )
+    alice = await source.retrieve(subject(org, user=ALICE), spec())
+    assert "about Alice" not in {i.body for i in alice}
+    assert reads.drops == ["unknown_kind"]
 
 
 async def test_newest_first_the_cap_and_a_zero_limit_that_reads_nothing(

@@ -515,6 +515,10 @@ async def test_the_runtime_login_writes_memory_only_through_memory_apply(
             (once,),
         ),
         "the journal emptied": ("DELETE FROM memory_writes", ()),
+        "memory_apply_one called past memory_apply's lock": (
+            "SELECT * FROM memory_apply_one($1::jsonb)",
+            (json.dumps(remember_write(user(), candidate("direct"), unused)),),
+        ),
         "the chain emptied": ("DELETE FROM memories", ()),
     }
     runtime = await asyncpg.connect(database.url)

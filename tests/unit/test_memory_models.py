@@ -77,10 +77,11 @@ def test_keys_come_from_the_ref_or_the_scope_owner() -> None:
         ("organization", "organization", str(ORG).upper()),
         ("user", "user", str(USER)),
         ("user", "user", USER.hex),
-        ("user", "organization", str(ORG)),
     ],
 )
-def test_a_ref_naming_the_asker_is_written_as_no_ref(scope: str, kind: str, spelling: str) -> None:
+def test_a_ref_naming_the_scope_owner_is_written_as_no_ref(
+    scope: str, kind: str, spelling: str
+) -> None:
     """CLARIFICATIONS 16: the same key and the same stored row as no ref at all, so the read
     never drops it as a kind no resolver owns."""
     owned = MemoryCandidate.model_validate(
@@ -92,14 +93,24 @@ def test_a_ref_naming_the_asker_is_written_as_no_ref(scope: str, kind: str, spel
     assert with_ref["subject_refs"] == without["subject_refs"] == []
 
 
-def test_a_ref_naming_another_organization_or_user_is_kept() -> None:
-    for kind, other in (("organization", uuid.uuid4()), ("user", uuid.uuid4())):
-        memory = MemoryCandidate.model_validate(
-            candidate(subject_refs=[{"kind": kind, "id": str(other)}])
-        )
-        write = remember_write(INVOKER, memory, "k")
-        assert write["subject_key"] == f"{kind}:{other}:preference.tone"
-        assert write["subject_refs"] == [{"kind": kind, "id": str(other)}]
+@pytest.mark.parametrize(
+    ("scope", "kind", "named"),
+    [
+        ("organization", "user", USER),  # the asker's fact would become the organization's
+        ("user", "organization", ORG),
+        ("organization", "organization", uuid.uuid4()),
+        ("user", "user", uuid.uuid4()),
+    ],
+)
+def test_any_other_ref_of_an_owner_kind_is_refused(scope: str, kind: str, named: uuid.UUID) -> None:
+    """Never written and then dropped at every read (no resolver owns the kind), and never
+    re-keyed under another owner."""
+    memory = MemoryCandidate.model_validate(
+        candidate(scope=scope, subject_refs=[{"kind": kind, "id": str(named)}])
+    )
+    refusal = remember_write(INVOKER, memory, "k")["refusal"]
+    assert refusal["reason"] == "invalid_input"
+    assert f"{kind}:{named}" in refusal["message"]
 
 
 def test_a_principal_is_exactly_one_of_a_user_or_a_trigger_and_flags_are_strict() -> None:
