@@ -10,16 +10,25 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
+from uuid import UUID
 
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
 from contextcore.memory.models import Written
 from contextcore.memory.service import MemoryContention, MemoryService
+from contextcore.sources.common import parse_uuid
 from schemas import wire
 from schemas.envelope import printable
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, parse_memory_write
+
+log = logging.getLogger("contextcore.consumers.memory")
+
+COUNT_TIMEOUT_S = 2.0
+"""How long an answer waits, at most, for its refusal to be counted."""
 
 
 class MemoryHandler:
@@ -31,6 +40,8 @@ class MemoryHandler:
         with watch.stage("decode"):
             call = self.decode(record.value)
         if not isinstance(call, RememberV1 | ForgetV1):
+            if isinstance(call, Reply) and (named := named_organization(record.value)):
+                await self._count_refusal(*named)  # answered invalid_input
             return call
         try:
             with watch.stage("apply"):
@@ -52,7 +63,18 @@ class MemoryHandler:
                 self.metrics.count_change(answer.change, answer.chain_length)
         else:
             self.metrics.count_write(call.action, "refused", answer.reason)
+            if answer.reason == "invalid_input":  # a reused key, or the database refused it
+                await self._count_refusal(call.principal.organization_id, call.action)
         return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
+
+    async def _count_refusal(self, organization_id: UUID, operation: str) -> None:
+        """Best effort, bounded: the answer never waits on the count for long, and a count that
+        fails (an organization that does not exist, the database away) is logged and dropped."""
+        try:
+            async with asyncio.timeout(COUNT_TIMEOUT_S):
+                await self.service.count_unjournaled_refusal(organization_id, operation)
+        except Exception as error:  # best effort by design: the answer matters, not the count
+            log.warning("refusal not counted for %s: %s", organization_id, type(error).__name__)
 
     def farewell(self, record: Inbound, reason: str) -> Reply | None:
         """A ``not_handled`` refusal for a call the runtime gave up on."""
@@ -75,6 +97,24 @@ class MemoryHandler:
     def _invalid(self, topic: str, correlation_id: str, message: str, lines: list[str]) -> Reply:
         self.metrics.count_write("unknown", "refused", "invalid_input")
         return _reply(topic, _refused(correlation_id, message, lines))
+
+
+def named_organization(value: bytes | None) -> tuple[UUID, str] | None:
+    """The organization and operation a record that failed validation names, when its JSON
+    reads and its ``principal.organization_id`` is a UUID; the operation is ``unknown`` unless
+    the action is one."""
+    try:
+        data = wire.decode(value)
+    except wire.WireError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("principal"), dict):
+        return None
+    raw = data["principal"].get("organization_id")
+    organization = parse_uuid(raw) if isinstance(raw, str) else None
+    if organization is None:
+        return None
+    action = data.get("action")
+    return organization, action if action in ("remember", "forget") else "unknown"
 
 
 def _refused(correlation_id: str, message: str, details: list[str]) -> MemoryAnswerV1:

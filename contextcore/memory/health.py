@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from uuid import UUID
 
+import asyncpg
+
 from contextcore.sources.memory import drop_reason, resolve, stored_subject
 from contextcore.storage.tenancy import TenantDatabase, TenantQuery
 
@@ -52,6 +54,18 @@ WHERE organization_id = $1 AND subject_refs <> '[]'::jsonb
 )
 
 
+UNJOURNALED = TenantQuery(
+    "memory.health.unjournaled",
+    """
+-- memory.health.unjournaled: invalid_input refusals of the window the journal holds no row for
+SELECT operation, 'refused' AS outcome, reason, sum(calls)::bigint AS calls
+FROM memory_refusals
+WHERE organization_id = $1 AND day >= (now() - $2::interval)::date
+GROUP BY operation, reason
+""",
+)
+
+
 @dataclass(frozen=True)
 class MemoryHealth:
     organization_id: UUID
@@ -79,7 +93,7 @@ async def health(
     dropped: dict[str, int] = {}
     async with database.scoped(organization_id) as tenant:
         chains = await tenant.fetch(CHAINS)
-        writes = await tenant.fetch(WRITES, window)
+        writes = [*await tenant.fetch(WRITES, window), *await tenant.fetch(UNJOURNALED, window)]
         subjects = []
         for row in await tenant.fetch(LIVE_REFS):
             ref, malformed = stored_subject(
@@ -99,9 +113,14 @@ async def health(
         live_chains=sum(r["live"] for r in chains),
         chain_lengths={r["length"]: r["chains"] for r in chains},
         window=window,
-        calls={
-            " ".join(p for p in (r["operation"], r["outcome"], r["reason"]) if p): r["calls"]
-            for r in writes
-        },
+        calls=_calls(writes),
         dropped_at_read=dict(sorted(dropped.items())),
     )
+
+
+def _calls(rows: list[asyncpg.Record]) -> dict[str, int]:
+    calls: dict[str, int] = {}
+    for r in rows:
+        key = " ".join(p for p in (r["operation"], r["outcome"], r["reason"]) if p)
+        calls[key] = calls.get(key, 0) + r["calls"]
+    return dict(sorted(calls.items()))

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 
 from contextcore.memory.models import AgentMemory, Answer, Refusal, Written, parse_stored_refs
-from contextcore.storage.tenancy import Connection
+from contextcore.storage.tenancy import Connection, TenantQuery
 
 # memory.apply: the writes of one batch, in order; one answer per write with the revision it
 # names (the appended one, or the journal's for a replay) and the chain's length (00026).
@@ -69,3 +69,14 @@ async def apply(conn: Connection, writes: list[dict[str, Any]]) -> list[Answer]:
     if [row["ordinal"] for row in rows] != list(range(1, len(writes) + 1)):
         raise LookupError(f"memory_apply answered {len(rows)} of {len(writes)} writes")
     return [answer_of(row) for row in rows]
+
+
+COUNT_REFUSAL = TenantQuery(
+    "memory.count_refusal",
+    """
+-- memory.count_refusal: one more invalid_input refusal the journal holds no row for (00028)
+INSERT INTO memory_refusals AS r (organization_id, day, operation, reason, calls)
+VALUES ($1, current_date, $2, 'invalid_input', 1)
+ON CONFLICT (organization_id, day, operation, reason) DO UPDATE SET calls = r.calls + 1
+""",
+)

@@ -10,6 +10,7 @@ import signal
 import sys
 import uuid
 from collections import Counter
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
@@ -18,7 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, memory_topics
+from contextcore.memory.health import health
 from contextcore.memory.models import Invoker, MemoryCandidate
+from contextcore.storage.tenancy import TenantDatabase
 from producers.memory import MemoryClient
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import Librdkafka, read_json, remember_message
@@ -98,6 +101,51 @@ async def test_a_model_supplied_subject_key_is_invalid_input_never_ignored(
     assert any("subject_key" in line for line in answer["details"])
     assert (two_answer["status"], two_answer["reason"]) == ("refused", "invalid_input")
     assert await admin.fetchval("SELECT count(*) FROM memories") == 0
+
+
+async def test_invalid_input_the_journal_cannot_hold_is_counted_for_health(
+    ready: Config,
+    start_consumer: StartConsumer,
+    admin: asyncpg.Connection,
+    tenant_db: TenantDatabase,
+) -> None:
+    """Issue 19: the health refusal rate left out invalid_input. A record that does not validate
+    and a key reused for another call are counted per organization (migration 00028); another
+    organization sees none of the counts."""
+    other = uuid.uuid4()
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'other')", other)
+    await start_consumer(ready, consumer="memory")
+    reply_to = ready.reply_topic("memory-unjournaled")
+    kafka = await asyncio.to_thread(Librdkafka, ready.bootstrap, reply_to)
+    topic = ready.topics.memory_write
+    messages = [
+        remember_message("first", reply_to, PRINCIPAL, text="the first call"),
+        {
+            **remember_message("reused", reply_to, PRINCIPAL, text="another call"),
+            "idempotency_key": "k-first",
+        },
+        remember_message("invalid", reply_to, PRINCIPAL, attribute=""),
+        {**remember_message("no-principal", reply_to, PRINCIPAL), "principal": "nobody"},
+    ]
+    try:
+        for message in messages:
+            await asyncio.to_thread(
+                kafka.send, topic, json.dumps(message).encode(), str(ORG).encode()
+            )
+        answers = [await asyncio.to_thread(kafka.reply, m["correlation_id"], 60) for m in messages]
+    finally:
+        await asyncio.to_thread(kafka.close)
+    assert [a.get("reason") for a in answers] == [
+        None,
+        "invalid_input",
+        "invalid_input",
+        "invalid_input",
+    ]
+    report = await health(tenant_db, ORG, timedelta(days=1))
+    # the record with no principal names no organization: only the process-wide metric counts it
+    assert report.calls == {"remember created": 1, "remember refused invalid_input": 2}
+    assert report.refusal_rate == 2 / 3
+    assert (await health(tenant_db, other, timedelta(days=1))).calls == {}
 
 
 def forget_message(correlation_id: str, reply_to: str, memory_id: str) -> dict[str, Any]:
