@@ -63,7 +63,7 @@ class MemoryHandler:
                 self.metrics.count_change(answer.change, answer.chain_length)
         else:
             self.metrics.count_write(call.action, "refused", answer.reason)
-            if answer.reason == "invalid_input":  # a reused key, or the database refused it
+            if not answer.journaled:  # a reused key, an erased one, or the database refused it
                 await self._count_refusal(call.principal.organization_id, call.action)
         return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
 

@@ -63,7 +63,8 @@ async def erase(
         selected = subject_selector(selected)
     elif parse_uuid(selected) is None:
         raise ValueError(f"a {selector} is named by its UUID, not {selected!r}")
-    async with conn.transaction():
+    # read committed: the match runs after the lock, and must see what committed before it
+    async with conn.transaction(isolation="read_committed"):
         row = await conn.fetchrow(ERASE, organization, selector, selected, apply)
     assert row is not None  # the function returns one row
     erasure = Erasure(

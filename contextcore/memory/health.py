@@ -57,7 +57,8 @@ WHERE organization_id = $1 AND subject_refs <> '[]'::jsonb
 UNJOURNALED = TenantQuery(
     "memory.health.unjournaled",
     """
--- memory.health.unjournaled: invalid_input refusals of the window the journal holds no row for
+-- memory.health.unjournaled: invalid_input refusals the journal holds no row for, by whole
+-- days: the window's first day counts whole
 SELECT operation, 'refused' AS outcome, reason, sum(calls)::bigint AS calls
 FROM memory_refusals
 WHERE organization_id = $1 AND day >= (now() - $2::interval)::date

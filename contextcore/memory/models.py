@@ -159,6 +159,10 @@ class Refusal(BaseModel):
     reason: RefusalReason
     message: str
     replayed: bool = False
+    journaled: bool = True
+    """Whether the journal holds this answer under the call's key. It does not for a key reused
+    for another call (the key's row is the first call's), a key whose write was erased, or a
+    call the database refused: those are counted apart (``memory_refusals``)."""
 
 
 Answer = Written | Refusal

@@ -195,6 +195,7 @@ class MemoryService:
                 return Refusal(
                     reason="invalid_input",
                     message=f"the database refused the write: {constraint}",
+                    journaled=False,
                 )
             except asyncpg.PostgresError as error:
                 if error.sqlstate == store.WRITTEN_CONCURRENTLY and attempt == 1:
@@ -207,7 +208,8 @@ class MemoryService:
 
     async def _transaction(self, writes: list[Write]) -> list[Answer]:
         async with self.database.writing_each() as conn:
-            return await store.apply(conn, writes)
+            answers = await store.apply(conn, writes)
+        return [_journaled(w, a) for w, a in zip(writes, answers, strict=True)]
 
 
 def remember_write(invoker: Invoker, candidate: MemoryCandidate, idempotency_key: str) -> Write:
@@ -288,6 +290,20 @@ def _write(invoker: Invoker, key: str, operation: str, payload: object) -> Write
 
 def _refused(write: Write, refusal: Refusal) -> Write:
     return {**write, "refusal": {"reason": refusal.reason, "message": refusal.message}}
+
+
+def _journaled(write: Write, answer: Answer) -> Answer:
+    """``answer``, marked when the journal holds no row for it: memory_apply journals a
+    refusal it was handed (``refusal``) and every answer of a new key, but not an
+    ``invalid_input`` it gives a key reused for another call or a key whose write was erased."""
+    if (
+        isinstance(answer, Refusal)
+        and answer.reason == "invalid_input"
+        and not answer.replayed
+        and "refusal" not in write
+    ):
+        return answer.model_copy(update={"journaled": False})
+    return answer
 
 
 def _lock_order(write: Write) -> tuple[str, ...]:

@@ -189,7 +189,9 @@ class TenantDatabase:
             raise InfrastructureUnavailable("this process has no database pool")
         organization = scope if isinstance(scope, UUID) else None
         enter = _ENTER_SCOPE.format(
-            mode=" READ ONLY" if readonly else "",
+            # a write reads what committed before each statement: memory_apply's lock-then-read
+            # (migration 00027) relies on it, whatever the database's default isolation
+            mode=" READ ONLY" if readonly else " ISOLATION LEVEL READ COMMITTED",
             role=self.role,
             # a plain UUID's text, whatever subclass the caller passed
             organization="" if organization is None else str(UUID(int=organization.int)),

@@ -125,6 +125,13 @@ async def test_invalid_input_the_journal_cannot_hold_is_counted_for_health(
             "idempotency_key": "k-first",
         },
         remember_message("invalid", reply_to, PRINCIPAL, attribute=""),
+        remember_message(  # refused by a rule before any read: journaled, counted once
+            "owner-kind",
+            reply_to,
+            PRINCIPAL,
+            scope="organization",
+            subject_refs=[{"kind": "user", "id": str(USER)}],
+        ),
         {**remember_message("no-principal", reply_to, PRINCIPAL), "principal": "nobody"},
     ]
     try:
@@ -135,16 +142,11 @@ async def test_invalid_input_the_journal_cannot_hold_is_counted_for_health(
         answers = [await asyncio.to_thread(kafka.reply, m["correlation_id"], 60) for m in messages]
     finally:
         await asyncio.to_thread(kafka.close)
-    assert [a.get("reason") for a in answers] == [
-        None,
-        "invalid_input",
-        "invalid_input",
-        "invalid_input",
-    ]
+    assert [a.get("reason") for a in answers] == [None] + ["invalid_input"] * 4
     report = await health(tenant_db, ORG, timedelta(days=1))
     # the record with no principal names no organization: only the process-wide metric counts it
-    assert report.calls == {"remember created": 1, "remember refused invalid_input": 2}
-    assert report.refusal_rate == 2 / 3
+    assert report.calls == {"remember created": 1, "remember refused invalid_input": 3}
+    assert report.refusal_rate == 3 / 4
     assert (await health(tenant_db, other, timedelta(days=1))).calls == {}
 
 

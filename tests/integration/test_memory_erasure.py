@@ -326,6 +326,23 @@ async def test_the_update_trigger_lets_through_an_erasure_and_nothing_else(
     for statement, args, error in refused:
         with pytest.raises(error):
             await admin.execute(statement, *args)
+    # each of the trigger's two conditions alone: a record that lists a live head, and a
+    # superseded revision that a record does not list
+    older = (await write(service, invoker(ALICE), note("older", "observation.z"), "k3")).memory
+    await write(service, invoker(ALICE), note("newer", "observation.z"), "k4")
+    listing = await admin.fetchval(
+        "INSERT INTO memory_erasures (organization_id, erased_by, selector, selected, chains,"
+        " revisions, journal_rows, memory_ids) VALUES ($1, 'test', 'memory', $2::text, 1, 1, 0,"
+        " ARRAY[$3::uuid]) RETURNING id",
+        ORG,
+        str(fresh.id),
+        fresh.id,
+    )
+    for row, by in ((fresh.id, listing), (older.id, listing)):
+        with pytest.raises(asyncpg.RestrictViolationError):
+            await admin.execute(
+                "UPDATE memories SET text = NULL, erasure_id = $2 WHERE id = $1", row, by
+            )
     assert await admin.fetchval("SELECT text FROM memories WHERE id = $1", fresh.id) == "kept"
 
 
