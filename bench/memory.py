@@ -1,6 +1,7 @@
 """Agent memory: writes end to end through Kafka, and the memory source at scale.
 
     python -m bench.memory [--writes 6000] [--window 64] [--reads 2000]
+                           [--skip-writes] [--skip-reads] [--skip-erase]
 
 1. ``remember`` calls per second, end to end (published, applied by a running memory consumer in
    its own process, answered on the reply topic), with 1, 4 and 16 concurrent producers (each a
@@ -10,6 +11,8 @@
    organization over 100 organizations (plus superseded revisions and tombstones, a fifth of
    them user memories, one in twenty naming a CRM company the source must resolve), for a run
    subject (one definition) and for a front-door turn (every definition).
+3. ``memory_erase`` of one user with 200, 2,000 and 10,000 chains: how long it holds its lock,
+   the VACUUM after it, and how long another tenant's write that arrives meanwhile takes.
 
 Targets on this 2-core machine: at least 1,000 writes/s end to end; source p99 under 10 ms;
 consumer RSS under 300 MB. Prints figures; never passes or fails.
@@ -33,6 +36,7 @@ from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, memory_topics
 from contextcore.memory.models import Invoker, MemoryCandidate
+from contextcore.memory.service import MemoryService
 from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
@@ -193,6 +197,85 @@ async def reads(url: str, orgs: list[uuid.UUID], count: int) -> None:
         await pool.close()
 
 
+async def erasures(admin: asyncpg.Connection, owner_url: str, url: str) -> None:
+    """``memory_erase`` of one user with n chains (a tenth with a second revision), timed, and
+    how long a write of another tenant that arrives meanwhile waits for its lock."""
+    pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
+    assert pool is not None
+    service = MemoryService(TenantDatabase(pool))
+    person, definition = uuid.uuid4(), uuid.uuid4()
+    try:
+        for chains in (200, 2_000, 10_000):
+            org, other = uuid.uuid4(), uuid.uuid4()
+            await admin.executemany(
+                "INSERT INTO organizations (id, name) VALUES ($1, 'erase')", [(org,), (other,)]
+            )
+            await admin.execute(
+                """
+                INSERT INTO memories (organization_id, definition_id, scope, user_id,
+                                      subject_key, text)
+                SELECT $1, $2, 'user', $3, 'user:' || $4 || ':observation.f' || i,
+                       'a fact about the person, number ' || i
+                FROM generate_series(1, $5) AS i
+                """,
+                org,
+                definition,
+                person,
+                str(person),
+                chains,
+            )
+            await admin.execute(
+                """
+                INSERT INTO memories (organization_id, definition_id, scope, user_id,
+                                      subject_key, text, supersedes_id)
+                SELECT organization_id, definition_id, scope, user_id, subject_key,
+                       text || ' (revised)', id
+                FROM memories WHERE organization_id = $1 AND random() < 0.1
+                """,
+                org,
+            )
+            await admin.execute("ANALYZE memories")
+            revisions = await admin.fetchval(
+                "SELECT count(*) FROM memories WHERE organization_id = $1", org
+            )
+            owner = await asyncpg.connect(owner_url)
+            try:
+                started = time.perf_counter()
+                transaction = owner.transaction()
+                await transaction.start()
+                erased = asyncio.create_task(
+                    owner.fetchrow(
+                        "SELECT * FROM memory_erase($1, 'user', $2, true)", org, str(person)
+                    )
+                )
+                await asyncio.sleep(0.005)
+                invoker = Invoker(organization_id=other, definition_id=definition, user_id=person)
+                candidate = MemoryCandidate(scope="user", attribute="observation.x", text="x")
+                write_started = time.perf_counter()
+                writing = asyncio.create_task(
+                    service.remember(invoker, candidate, uuid.uuid4().hex)
+                )
+                row = await erased
+                await transaction.commit()
+                held = time.perf_counter() - started
+                await writing
+                waited = time.perf_counter() - write_started
+                started = time.perf_counter()
+                await owner.execute("VACUUM memories, memory_writes")
+                vacuumed = time.perf_counter() - started
+            finally:
+                await owner.close()
+            assert row is not None
+            print(
+                f"erase a user: {row['revisions']:,} revisions of {row['chains']:,} chains "
+                f"({revisions:,} in the organization) in {held * 1000:,.0f} ms under the lock, "
+                f"then VACUUM {vacuumed * 1000:,.0f} ms; another tenant's write meanwhile took "
+                f"{waited * 1000:,.0f} ms"
+            )
+    finally:
+        await pool.close()
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__)
     parser.add_argument("--writes", type=int, default=6_000)
@@ -200,6 +283,7 @@ async def main() -> None:
     parser.add_argument("--reads", type=int, default=2_000)
     parser.add_argument("--skip-writes", action="store_true")
     parser.add_argument("--skip-reads", action="store_true")
+    parser.add_argument("--skip-erase", action="store_true")
     args = parser.parse_args()
     name = "bench_memory"
     seeded = await prepare(name, 0)
@@ -270,6 +354,8 @@ async def main() -> None:
                 f"in {time.perf_counter() - started:.0f} s"
             )
             await reads(seeded.url, orgs, args.reads)
+        if not args.skip_erase:
+            await erasures(admin, seeded.owner_url, seeded.url)
     finally:
         await admin.close()
         await drop(seeded.stack, name)
