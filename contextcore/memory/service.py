@@ -4,7 +4,8 @@ A call is decided in two places:
 
 1. here, the rules that need no row, in this order: a workflow node is refused; an attribute
    outside the ``observation.`` and ``preference.`` namespaces is refused; a trigger cannot
-   write user scope. Then the subject key (from the one subject ref, or the scope owner) and
+   write user scope; a ref of an owner kind that is not the scope's owner is
+   ``invalid_input``. Then the subject key (from the one subject ref, or the scope owner) and
    the request's fingerprint;
 2. in the database, ``memory_apply`` (migration 00011), next to the rows: the journal's answer
    to a key used before (the same answer, no second row, also after a crash between the
