@@ -240,11 +240,19 @@ async def test_the_runtime_login_reads_and_appends_only_its_organizations_memori
     admin: asyncpg.Connection, service: MemoryService, database: Database
 ) -> None:
     written(await service.remember(user(ORG_B), candidate("B's secret"), key()))
+    await service.count_unjournaled_refusal(ORG_B, "remember")
+    assert await admin.fetchval("SELECT count(*) FROM memory_refusals") == 1
     runtime = await asyncpg.connect(database.url)
     try:
         async with runtime.transaction():
             await as_service_role(runtime, ORG_A)
-            for relation in ("memories", "memory_heads", "live_memories", "memory_writes"):
+            for relation in (
+                "memories",
+                "memory_heads",
+                "live_memories",
+                "memory_writes",
+                "memory_refusals",
+            ):
                 assert await runtime.fetchval(f"SELECT count(*) FROM {relation}") == 0, relation
             with pytest.raises(asyncpg.InsufficientPrivilegeError):
                 await runtime.execute(
