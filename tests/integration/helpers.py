@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -124,6 +125,30 @@ async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple
     out, err = await asyncio.wait_for(process.communicate(), timeout)
     assert process.returncode is not None
     return process.returncode, out.decode(), err.decode()
+
+
+async def as_service_role(conn: Any, organization: UUID | None = None) -> None:
+    """Inside a transaction: the runtime login as the service role, scoped to ``organization``
+    (no scope at all when ``None``, as ``TenantDatabase.writing_each`` opens it)."""
+    await conn.execute(
+        "SELECT set_config('role', 'contextcore_app', true),"
+        " set_config('contextcore.organization_id', $1, true)",
+        "" if organization is None else str(organization),
+    )
+
+
+async def waits_on_a_lock(watcher: Any, pid: int, task: asyncio.Task[Any]) -> bool:
+    """Whether the session ``pid`` comes to wait on a lock before ``task`` (its statement) is
+    done: True when it waits, False when the task finished first. ``watcher`` is a third
+    session: one inside a transaction sees the activity as of its first read. Polled: a
+    condition of another session, which no event of ours signals."""
+    waits = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'"
+    async with asyncio.timeout(30):
+        while not task.done():
+            if await watcher.fetchval(waits, pid):
+                return True
+            await asyncio.sleep(0.01)
+    return False
 
 
 def free_port() -> int:

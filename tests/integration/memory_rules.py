@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
@@ -25,6 +26,7 @@ from contextcore.memory import store
 from contextcore.memory.models import Invoker, MemoryCandidate
 from contextcore.memory.service import forget_write, remember_write
 from tests.integration.conftest import Database
+from tests.integration.helpers import as_service_role, waits_on_a_lock
 
 ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000a1")
 DEFINITION = uuid.UUID("7b000000-0000-4000-8000-00000000d001")
@@ -50,7 +52,7 @@ async def _scoped(conn: asyncpg.Connection) -> asyncpg.transaction.Transaction:
     """A transaction as ``TenantDatabase.writing_each`` opens it: the service role, no scope."""
     transaction = conn.transaction()
     await transaction.start()
-    await conn.execute("SELECT set_config('role', 'contextcore_app', true)")
+    await as_service_role(conn)
     return transaction
 
 
@@ -69,18 +71,14 @@ async def overlapping(database: Database, first: Write, second: Write) -> list[o
     """Both writes, each in its own transaction, overlapping as the module says. Returns each
     one's answer, or the error its commit raised."""
     conns = [await asyncpg.connect(database.url) for _ in range(2)]
-    # a third session watches: one inside a transaction sees the activity of its first read
     watcher = await asyncpg.connect(database.admin_url)
     try:
         one = await _scoped(conns[0])
         two = await _scoped(conns[1])
         answers: list[object] = list(await store.apply(conns[0], [first]))
-        pid = conns[1].get_server_pid()
         second_applies = asyncio.create_task(store.apply(conns[1], [second]))
-        waits = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'"
-        async with asyncio.timeout(30):  # a condition of another session: polled
-            while not second_applies.done() and not await watcher.fetchval(waits, pid):  # noqa: ASYNC110
-                await asyncio.sleep(0.01)
+        # it waits on the first (the rule holds), or finishes (the rule is gone)
+        await waits_on_a_lock(watcher, conns[1].get_server_pid(), second_applies)
         await one.commit()
         try:
             answers += await second_applies
@@ -94,12 +92,18 @@ async def overlapping(database: Database, first: Write, second: Write) -> list[o
             await conn.close()
 
 
-async def _organization(database: Database) -> asyncpg.Connection:
+@asynccontextmanager
+async def _organization(database: Database) -> AsyncIterator[asyncpg.Connection]:
+    """A superuser connection, the probes' organization made."""
     admin = await asyncpg.connect(database.admin_url)
-    await admin.execute(
-        "INSERT INTO organizations (id, name) VALUES ($1, 'raced') ON CONFLICT DO NOTHING", ORG
-    )
-    return admin
+    try:
+        await admin.execute(
+            "INSERT INTO organizations (id, name) VALUES ($1, 'raced') ON CONFLICT DO NOTHING",
+            ORG,
+        )
+        yield admin
+    finally:
+        await admin.close()
 
 
 async def _one_linear_chain(admin: asyncpg.Connection) -> list[asyncpg.Record]:
@@ -127,48 +131,36 @@ async def _one_linear_chain(admin: asyncpg.Connection) -> list[asyncpg.Record]:
 
 async def roots_racing(database: Database) -> None:
     """Two writers create one chain: one root, the other supersedes it (memories_one_root)."""
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         await overlapping(database, remember("first"), remember("second"))
         assert len(await _one_linear_chain(admin)) == 2
-    finally:
-        await admin.close()
 
 
 async def remember_racing_remember(database: Database) -> None:
     """Two writers supersede one head: the second supersedes the first's (memories_one_child)."""
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         await apply_alone(database, remember("root"))
         await overlapping(database, remember("first"), remember("second"))
         assert len(await _one_linear_chain(admin)) == 3
-    finally:
-        await admin.close()
 
 
 async def forget_racing_remember(database: Database) -> None:
     """A forget and a remember on one live head: the remember revives after the tombstone."""
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         root = await apply_alone(database, remember("root"))
         answers = await overlapping(database, forget(root.memory.id), remember("again"))
         rows = await _one_linear_chain(admin)
         assert len(rows) == 3
         assert [getattr(a, "change", a) for a in answers] == ["forgotten", "revived"]
-    finally:
-        await admin.close()
 
 
 async def forget_racing_forget(database: Database) -> None:
     """Two forgets of one live head: one tombstone; the other is refused ``not_live``."""
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         root = await apply_alone(database, remember("root"))
         answers = await overlapping(database, forget(root.memory.id), forget(root.memory.id))
         assert len(await _one_linear_chain(admin)) == 2
         assert getattr(answers[1], "reason", answers[1]) == "not_live"
-    finally:
-        await admin.close()
 
 
 # ----------------------------------------------------------------------------- raw SQL, any role
@@ -185,8 +177,7 @@ async def _refused(admin: asyncpg.Connection, what: str, statement: str, *args: 
 
 async def chain_identity(database: Database) -> None:
     """A child cannot leave its parent's chain (memories_child_keeps_the_chain)."""
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         root = await apply_alone(database, remember("root"))
         other_key = f"user:{USER}:observation.elsewhere"
         await _refused(
@@ -211,13 +202,10 @@ async def chain_identity(database: Database) -> None:
             KEY,
             root.memory.id,
         )
-    finally:
-        await admin.close()
 
 
 async def root_is_not_a_tombstone(database: Database) -> None:
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         await _refused(
             admin,
             "a tombstone as a root",
@@ -228,14 +216,11 @@ async def root_is_not_a_tombstone(database: Database) -> None:
             USER,
             KEY,
         )
-    finally:
-        await admin.close()
 
 
 async def append_only(database: Database) -> None:
     """No role changes a revision: not its text, not its chain, not its time."""
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         root = await apply_alone(database, remember("root"))
         for what, statement in (
             ("the text changed", "UPDATE memories SET text = 'edited' WHERE id = $1"),
@@ -246,14 +231,11 @@ async def append_only(database: Database) -> None:
             ),
         ):
             await _refused(admin, what, statement, root.memory.id)
-    finally:
-        await admin.close()
 
 
 async def immutable_journal(database: Database) -> None:
     """A journal answer, once recorded, never changes."""
-    admin = await _organization(database)
-    try:
+    async with _organization(database) as admin:
         written = remember("root")
         await apply_alone(database, written)
         await _refused(
@@ -263,8 +245,6 @@ async def immutable_journal(database: Database) -> None:
             " WHERE idempotency_key = $1",
             written["idempotency_key"],
         )
-    finally:
-        await admin.close()
 
 
 RULES: dict[str, tuple[str, Probe]] = {

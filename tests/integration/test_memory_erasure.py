@@ -24,7 +24,7 @@ from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.provision import Login
 from contextcore.storage.tenancy import TenantDatabase
 from tests.integration.conftest import Database
-from tests.integration.helpers import run
+from tests.integration.helpers import as_service_role, run, waits_on_a_lock
 
 pytestmark = pytest.mark.integration
 
@@ -261,11 +261,7 @@ async def test_the_service_role_cannot_erase_or_read_the_records(
             ("UPDATE memories SET text = NULL WHERE id = $1", (memory.memory.id,)),
         ):
             async with runtime.transaction():
-                await runtime.execute(
-                    "SELECT set_config('role', 'contextcore_app', true),"
-                    " set_config('contextcore.organization_id', $1, true)",
-                    str(ORG),
-                )
+                await as_service_role(runtime, ORG)
                 with pytest.raises(asyncpg.InsufficientPrivilegeError):
                     await runtime.execute(statement, *args)
     finally:
@@ -364,14 +360,11 @@ async def test_a_writer_that_arrives_during_an_erasure_waits_for_it(
         await owner.fetchrow("SELECT * FROM memory_erase($1, 'user', $2, true)", ORG, str(ALICE))
         writing = writer.transaction()
         await writing.start()
-        await writer.execute("SELECT set_config('role', 'contextcore_app', true)")
+        await as_service_role(writer)
         again = remember_write(alice, note(ERASED[0], "observation.allergy"), "k2")
         applied = asyncio.create_task(store.apply(writer, [again]))
-        waits = "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND wait_event_type = 'Lock'"
-        async with asyncio.timeout(30):  # a condition of another session: polled
-            while not await admin.fetchval(waits, writer.get_server_pid()):
-                assert not applied.done(), "the writer did not wait for the erasure"
-                await asyncio.sleep(0.01)
+        waited = await waits_on_a_lock(admin, writer.get_server_pid(), applied)
+        assert waited, "the writer did not wait for the erasure"
         await erasure.commit()
         (answer,) = await applied
         await writing.commit()

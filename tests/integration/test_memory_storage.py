@@ -24,6 +24,7 @@ from contextcore.memory.models import (
 from contextcore.memory.service import MemoryService, remember_write
 from contextcore.storage.tenancy import TenantDatabase
 from tests.integration.conftest import Database
+from tests.integration.helpers import as_service_role
 
 pytestmark = pytest.mark.integration
 
@@ -226,15 +227,6 @@ async def test_the_table_refuses_keys_outside_the_memory_namespaces_and_blank_te
         )
 
 
-async def as_service_role(runtime: asyncpg.Connection, org: uuid.UUID) -> None:
-    """Inside a transaction: the runtime login as the service role, scoped to ``org``."""
-    await runtime.execute(
-        "SELECT set_config('role', 'contextcore_app', true),"
-        " set_config('contextcore.organization_id', $1, true)",
-        str(org),
-    )
-
-
 @pytest.mark.usefixtures("tenants")
 async def test_the_runtime_login_reads_and_appends_only_its_organizations_memories(
     admin: asyncpg.Connection, service: MemoryService, database: Database
@@ -264,7 +256,7 @@ async def test_the_runtime_login_reads_and_appends_only_its_organizations_memori
                 )
         for statement in ("UPDATE memories SET text = 'x'", "DELETE FROM memories"):
             async with runtime.transaction():
-                await runtime.execute("SELECT set_config('role', 'contextcore_app', true)")
+                await as_service_role(runtime)
                 with pytest.raises(asyncpg.InsufficientPrivilegeError):
                     await runtime.execute(statement)
     finally:
