@@ -29,7 +29,7 @@ from contextcore.builder import DefaultContextBuilder
 from contextcore.packer import ContextPacker
 from contextcore.sources.dossier import Fact
 from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
-from contextcore.storage.tenancy import TenantDatabase
+from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 
 DATABASE = "bench_sources"
 
@@ -58,6 +58,7 @@ async def main() -> None:
 
     async def init(conn: asyncpg.Connection) -> None:
         conn.add_query_logger(count)
+        await conn.execute("SELECT set_config('role', $1, false)", SERVICE_ROLE)
 
     pool = await asyncpg.create_pool(url, min_size=5, max_size=10, init=init)
     assert pool is not None

@@ -31,12 +31,15 @@ async def verify_schema(database: DatabaseSettings) -> None:
 async def verified_pool(
     database: DatabaseSettings, *, url: str | None = None
 ) -> AsyncIterator[asyncpg.Pool]:
-    """A pool on ``url`` (default: the runtime login's) once the schema is verified."""
+    """A pool on ``url`` (default: the runtime login's) once the schema is verified. Its
+    connections are the service role for their whole session, so a scoped read is one
+    statement (:meth:`~contextcore.storage.tenancy.TenantDatabase.read`)."""
     await verify_schema(database)
     pool = await create_pool(
         url or database.require_url(),
         timeout_s=database.connect_timeout_s,
         max_size=database.pool_size,
+        session_role=database.role,
     )
     try:
         yield pool

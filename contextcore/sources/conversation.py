@@ -16,29 +16,16 @@ from pydantic import BaseModel
 
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.common import NoOptions
-from contextcore.storage.tenancy import TenantDatabase, TenantQuery
+from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 
 DEFAULT_MESSAGES = 20
 
-RECENT = TenantQuery(
+RECENT = ScopedRead(
     "conversation.recent",
-    """
--- conversation.recent: the conversation of this tenant, if it exists and is the subject's to
--- read (the organization's: no user; or this user's own), with its newest messages, newest
--- first, bounded by $4. One row per message; a conversation without messages gives one row
--- whose message columns are null; no row at all: missing, another tenant's or another
--- person's conversation.
-SELECT c.summary, c.summary_updated_at, m.role, m.content, m.created_at
-FROM conversations AS c
-LEFT JOIN LATERAL (
-    SELECT role, content, created_at, id FROM conversation_messages
-    WHERE organization_id = $1 AND conversation_id = c.id
-    ORDER BY created_at DESC, id DESC
-    LIMIT $4
-) AS m ON true
-WHERE c.organization_id = $1 AND c.id = $2 AND (c.user_id IS NULL OR c.user_id = $3)
-ORDER BY m.created_at DESC, m.id DESC
-""",
+    "-- conversation.recent: the conversation if it is the subject's to read, with its newest\n"
+    "-- messages, newest first (00029: one row per message; no row: not this subject's)\n"
+    "SELECT summary, summary_updated_at, role, content, created_at\n"
+    "FROM contextcore_read_conversation($1, $2, $3, $4)",
 )
 
 
@@ -54,8 +41,10 @@ class ConversationContextSource:
         if conversation_id is None or spec.limit == 0:
             return []
         limit = DEFAULT_MESSAGES if spec.limit is None else spec.limit
-        async with self.database.scoped(request.subject.organization_id) as tenant:
-            rows = await tenant.fetch(RECENT, conversation_id, request.subject.user_id, limit)
+        subject = request.subject
+        rows = await self.database.read(
+            RECENT, subject.organization_id, conversation_id, subject.user_id, limit
+        )
         if not rows:  # missing, another tenant's, or another person's
             return []
         conversation = rows[0]

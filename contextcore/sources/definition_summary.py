@@ -12,19 +12,13 @@ from pydantic import BaseModel
 
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.common import NoOptions
-from contextcore.storage.tenancy import TenantDatabase, TenantQuery
+from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 
-VISIBLE = TenantQuery(
+VISIBLE = ScopedRead(
     "definition_summary.visible",
-    """
--- definition_summary.visible: published and listed, this organization's then the platform's
-SELECT id, kind, name, safe_summary, created_at
-FROM definitions
-WHERE (organization_id = $1 OR organization_id IS NULL)
-  AND status = 'published' AND visibility = 'listed'
-ORDER BY organization_id IS NULL, kind, name, id
-LIMIT $2
-""",
+    "-- definition_summary.visible: published and listed, this organization's then the\n"
+    "-- platform's, by kind and name; $2 caps the rows (00029)\n"
+    "SELECT id, kind, name, safe_summary, created_at FROM contextcore_read_definitions($1, $2)",
 )
 
 
@@ -38,8 +32,7 @@ class DefinitionSummaryContextSource:
     async def retrieve(self, request: ContextRequest, spec: ContextSourceSpec) -> list[ContextItem]:
         if spec.limit == 0:
             return []
-        async with self.database.scoped(request.subject.organization_id) as tenant:
-            rows = await tenant.fetch(VISIBLE, spec.limit)
+        rows = await self.database.read(VISIBLE, request.subject.organization_id, spec.limit)
         return [
             ContextItem(
                 source=self.name,

@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
+from asyncpg import Record
 from pydantic import BaseModel, ConfigDict
 
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec
 from contextcore.sources.dossier_cache import DossierCache
-from contextcore.storage.tenancy import TenantConnection, TenantDatabase, TenantQuery
+from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 
 
 class DossierOptions(BaseModel):
@@ -32,69 +33,12 @@ class DossierOptions(BaseModel):
     include_documents: bool = True
 
 
-PROFILE = TenantQuery(
-    "dossier.profile",
-    """
--- dossier.profile: the Company profile the organization typed in Settings
-SELECT company_name, website, description, industry, headquarters, value_proposition
-FROM company_profiles
-WHERE organization_id = $1
-""",
-)
-
-SERVICES = TenantQuery(
-    "dossier.services",
-    """
--- dossier.services: in the order the organization set
-SELECT name, description FROM dossier_services
-WHERE organization_id = $1
-ORDER BY position, name, id
-""",
-)
-
-PROFILES = TenantQuery(
-    "dossier.ideal_customer_profiles",
-    """
--- dossier.ideal_customer_profiles: in the order the organization set
-SELECT name, description, criteria FROM ideal_customer_profiles
-WHERE organization_id = $1
-ORDER BY position, name, id
-""",
-)
-
-OFFERS = TenantQuery(
-    "dossier.offers",
-    """
--- dossier.offers: in the order the organization set
-SELECT name, description, price FROM offers
-WHERE organization_id = $1
-ORDER BY position, name, id
-""",
-)
-
-MEMBER = TenantQuery(
-    "dossier.user",
-    """
--- dossier.user: the person asking, as a member of this organization
-SELECT full_name, title, role, about FROM organization_members
-WHERE organization_id = $1 AND user_id = $2
-""",
-)
-
-DOCUMENTS = TenantQuery(
-    "dossier.documents",
-    """
--- dossier.documents: active documents, newest first; $2 caps the rows (NULL: no cap). Each row
--- also carries the count of every active document, whatever the cap (a scalar subquery, run
--- once, answered from the partial index): one read for both.
-SELECT title, summary, created_at,
-       (SELECT count(*) FROM organization_documents
-        WHERE organization_id = $1 AND status = 'active') AS total
-FROM organization_documents
-WHERE organization_id = $1 AND status = 'active'
-ORDER BY created_at DESC, id DESC
-LIMIT $2
-""",
+READ = ScopedRead(
+    "dossier.read",
+    "-- dossier.read: the organization part when $2 (the cache has none), the member $3, the\n"
+    "-- active documents newest first when $4 (at most $5; NULL: no cap) and their count, in\n"
+    "-- that order; every field as text (00029)\n"
+    "SELECT part, fields FROM contextcore_read_dossier($1, $2, $3, $4, $5)",
 )
 
 
@@ -108,49 +52,32 @@ def _joined(*parts: tuple[str, object]) -> str:
     return ". ".join(f"{label}: {value}" for label, value in parts if value)
 
 
-async def _organization_part(tenant: TenantConnection) -> list[Fact]:
-    facts: list[Fact] = []
-    profile = await tenant.fetchrow(PROFILE)
-    if profile is not None:
-        facts.append(
-            Fact(
-                "Company",
-                _joined(
-                    ("Name", profile["company_name"]),
-                    ("Website", profile["website"]),
-                    ("Industry", profile["industry"]),
-                    ("Headquarters", profile["headquarters"]),
-                    ("Description", profile["description"]),
-                    ("Value proposition", profile["value_proposition"]),
-                ),
-            )
-        )
-    services = await tenant.fetch(SERVICES)
+def _organization_part(rows: list[Record]) -> list[Fact]:
+    """The company, the services as one fact, then one fact per profile and per offer (the
+    read orders the rows by part)."""
+    company: list[Fact] = []
+    services: list[str] = []
+    others: list[Fact] = []
+    for row in rows:
+        part, fields = row["part"], row["fields"]
+        if part == "profile":
+            labels = ("Name", "Website", "Industry", "Headquarters", "Description")
+            pairs = zip((*labels, "Value proposition"), fields, strict=True)
+            company.append(Fact("Company", _joined(*pairs)))
+        elif part == "service":
+            name, description = fields
+            services.append(f"{name}: {description}" if description else name)
+        elif part == "profile_of_customer":
+            name, description, criteria = fields
+            body = _joined(("Description", description), ("Criteria", criteria))
+            others.append(Fact(f"Ideal customer profile: {name}", body))
+        elif part == "offer":
+            name, description, price = fields
+            body = _joined(("Description", description), ("Price", price))
+            others.append(Fact(f"Offer: {name}", body))
     if services:
-        facts.append(
-            Fact(
-                "Services",
-                "; ".join(
-                    f"{row['name']}: {row['description']}" if row["description"] else row["name"]
-                    for row in services
-                ),
-            )
-        )
-    for row in await tenant.fetch(PROFILES):
-        facts.append(
-            Fact(
-                f"Ideal customer profile: {row['name']}",
-                _joined(("Description", row["description"]), ("Criteria", row["criteria"])),
-            )
-        )
-    for row in await tenant.fetch(OFFERS):
-        facts.append(
-            Fact(
-                f"Offer: {row['name']}",
-                _joined(("Description", row["description"]), ("Price", row["price"])),
-            )
-        )
-    return facts
+        company.append(Fact("Services", "; ".join(services)))
+    return company + others
 
 
 class DossierContextSource:
@@ -166,39 +93,31 @@ class DossierContextSource:
             return []
         options = DossierOptions.model_validate(spec.options)
         organization_id: UUID = request.subject.organization_id
-        items: list[ContextItem] = []
-        async with self.database.scoped(organization_id) as tenant:
-            facts = self.cache.get(organization_id)
-            if facts is None:
-                generation = self.cache.generation(organization_id)
-                facts = await _organization_part(tenant)
-                self.cache.put(organization_id, facts, generation=generation)
-            items.extend(self._item(fact.title, fact.body) for fact in facts)
-            user_id = request.subject.user_id
-            if options.include_user and user_id is not None:
-                member = await tenant.fetchrow(MEMBER, user_id)
-                if member is not None:
-                    items.append(
-                        self._item(
-                            "User",
-                            _joined(
-                                ("Name", member["full_name"]),
-                                ("Title", member["title"]),
-                                ("Role", member["role"]),
-                                ("About", member["about"]),
-                            ),
-                        )
-                    )
-            if options.include_documents:
-                documents = await tenant.fetch(DOCUMENTS, spec.limit)
-                for row in documents:
-                    items.append(
-                        self._item(
-                            f"Document: {row['title']}",
-                            row["summary"] or "",
-                        )
-                    )
-                count = documents[0]["total"] if documents else 0
+        facts = self.cache.get(organization_id)
+        generation = self.cache.generation(organization_id)
+        user_id = request.subject.user_id if options.include_user else None
+        rows = await self.database.read(
+            READ,
+            organization_id,
+            facts is None,
+            user_id,
+            options.include_documents,
+            spec.limit,
+        )
+        if facts is None:
+            facts = _organization_part(rows)
+            self.cache.put(organization_id, facts, generation=generation)
+        items = [self._item(fact.title, fact.body) for fact in facts]
+        for row in rows:
+            part, fields = row["part"], row["fields"]
+            if part == "user":
+                labels = ("Name", "Title", "Role", "About")
+                items.append(self._item("User", _joined(*zip(labels, fields, strict=True))))
+            elif part == "document":
+                title, summary = fields
+                items.append(self._item(f"Document: {title}", summary or ""))
+            elif part == "documents":
+                count = fields[0]
                 items.append(
                     self._item("Documents", f"The organization has {count} active document(s).")
                 )

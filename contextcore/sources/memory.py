@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from contextcore.memory.models import MemorySubjectRef, names_the_scope_owner, parse_stored_refs
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
-from contextcore.sources.application import PROJECTIONS
+from contextcore.sources.application import PROJECTIONS, READ
 from contextcore.sources.common import NoOptions, parse_uuid
 from contextcore.storage.tenancy import TenantConnection, TenantDatabase, TenantQuery
 
@@ -165,17 +165,16 @@ def stored_subject(
 
 
 async def resolve(tenant: TenantConnection, refs: list[MemorySubjectRef]) -> set[tuple[str, UUID]]:
-    """The ``(kind, id)`` of ``refs`` that name a row of this organization: one query per kind a
-    resolver owns, never one per memory."""
+    """The ``(kind, id)`` of ``refs`` that name a row of this organization: one statement for
+    every kind the application source resolves, never one per memory."""
     wanted: dict[str, set[UUID]] = {}
     for ref in refs:
         if ref.kind in PROJECTIONS and (row_id := parse_uuid(ref.id)) is not None:
             wanted.setdefault(ref.kind, set()).add(row_id)
-    resolved: set[tuple[str, UUID]] = set()
-    for kind, ids in wanted.items():
-        for found in await tenant.fetch(PROJECTIONS[kind].query, sorted(ids)):
-            resolved.add((kind, found["id"]))
-    return resolved
+    if not wanted:
+        return set()
+    arrays = [sorted(wanted.get(kind, ())) for kind in PROJECTIONS]
+    return {(found["kind"], found["id"]) for found in await tenant.read(READ, *arrays)}
 
 
 def drop_reason(ref: MemorySubjectRef | None, resolved: set[tuple[str, UUID]]) -> DropReason | None:

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.refs import capability_ref_kind, stored_kinds
-from contextcore.storage.tenancy import TenantDatabase, TenantQuery
+from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 
 DEFAULT_LIMIT = 5
 MAX_ID_CHARS = 64
@@ -35,22 +35,13 @@ class RunHistoryOptions(BaseModel):
     lookback_hours: int = Field(default=24, ge=1, le=720, strict=True)
 
 
-RECENT_RUNS = TenantQuery(
+RECENT_RUNS = ScopedRead(
     "run_history.recent",
-    """
--- run_history.recent: this tenant's runs of the same user or trigger, or about an entity of
--- the request, within the lookback, newest first. Only id, status, result and creation time
--- are read: never a span tree, an input, a principal or a snapshot.
-SELECT id, parent_run_id, status, result_summary, result_refs, waiting_reason, failure_reason,
-       created_at
-FROM runs
-WHERE organization_id = $1
-  AND created_at >= now() - make_interval(hours => $2)
-  AND (user_id = $3 OR trigger_id = $4 OR result_refs @> ANY($5::jsonb[]))
-  AND ($6::uuid IS NULL OR id <> $6)
-ORDER BY created_at DESC, id DESC
-LIMIT $7
-""",
+    "-- run_history.recent: this tenant's runs of the same user or trigger, or about an entity\n"
+    "-- of the request, within the lookback, newest first, not the current run (00029)\n"
+    "SELECT id, parent_run_id, status, result_summary, result_refs, waiting_reason,\n"
+    "       failure_reason, created_at\n"
+    "FROM contextcore_read_runs($1, $2, $3, $4, $5, $6, $7)",
 )
 
 
@@ -119,16 +110,16 @@ class RunHistoryContextSource:
         if subject.user_id is None and subject.trigger_id is None and not patterns:
             return []  # nothing can select a run: no read
         limit = DEFAULT_LIMIT if spec.limit is None else spec.limit
-        async with self.database.scoped(subject.organization_id) as tenant:
-            rows = await tenant.fetch(
-                RECENT_RUNS,
-                options.lookback_hours,
-                subject.user_id,
-                subject.trigger_id,
-                patterns,
-                request.run_id,
-                limit,
-            )
+        rows = await self.database.read(
+            RECENT_RUNS,
+            subject.organization_id,
+            options.lookback_hours,
+            subject.user_id,
+            subject.trigger_id,
+            patterns,
+            request.run_id,
+            limit,
+        )
         items = []
         for row in rows:
             body, body_refs = _render(row)

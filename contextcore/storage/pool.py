@@ -7,6 +7,7 @@ from urllib.parse import quote, urlsplit
 import asyncpg
 
 from contextcore.errors import InfrastructureUnavailable
+from contextcore.storage.tenancy import not_a_member
 
 
 def redact(url: str) -> str:
@@ -56,13 +57,18 @@ async def create_pool(
     """A pool whose first connections are open, or :class:`InfrastructureUnavailable`.
 
     ``session_role``: each connection becomes that role once, for its whole session, so a
-    statement needs no transaction around it to run as the role. Only for a pool whose every
-    statement runs as that role, holding no tenant data (the start journal's): tenant scopes
-    set their role per transaction (:mod:`~contextcore.storage.tenancy`).
+    statement needs no transaction around it to run as the role: the start journal's pool, and
+    the consumers' pools, whose scoped reads (``TenantDatabase.read``) are one statement each.
+    The role holds no tenant's scope: outside a scope, row security matches no tenant row, and
+    ``RESET ROLE`` still drops to the login, which holds nothing.
     """
 
     async def become(conn: asyncpg.Connection) -> None:
-        await conn.execute("SELECT set_config('role', $1, false)", session_role)
+        try:
+            await conn.execute("SELECT set_config('role', $1, false)", session_role)
+        except asyncpg.InsufficientPrivilegeError as error:
+            assert session_role is not None
+            raise not_a_member(session_role) from error
 
     try:
         pool = await asyncpg.create_pool(

@@ -79,6 +79,29 @@ class TenantQuery:
             raise ValueError(f"tenant query {self.name!r} does not filter by $1 (the organization)")
 
 
+_READ_FUNCTION = re.compile(r"\bFROM contextcore_read_[a-z_]+\(\$1(?!\d)")
+
+
+@dataclass(frozen=True)
+class ScopedRead:
+    """A named read that enters its own scope: one statement calling a ``contextcore_read_*``
+    function with the organization id as ``$1`` (migration 00029). The function names the
+    scope for its own statement only, then reads; the SQL of the read lives in the migration.
+
+    Raises:
+        ValueError: the SQL does not call a scoped read function with ``$1`` first.
+    """
+
+    name: str
+    sql: str
+
+    def __post_init__(self) -> None:
+        if not _READ_FUNCTION.search(self.sql):
+            raise ValueError(
+                f"scoped read {self.name!r} does not call a contextcore_read_* function with $1"
+            )
+
+
 Connection = asyncpg.Connection | asyncpg.pool.PoolConnectionProxy
 
 
@@ -89,25 +112,40 @@ class TenantConnection:
     so asyncpg's ``Connection.transaction()`` cannot nest in it: use ``SAVEPOINT`` statements.
     """
 
-    def __init__(self, conn: Connection, organization_id: UUID | None) -> None:
+    def __init__(
+        self, conn: Connection, organization_id: UUID | None, counter: TenantDatabase
+    ) -> None:
         self._conn = conn
+        self._counter = counter
         self.organization_id = organization_id
         """The scope's organization; ``None`` in the platform scope."""
 
     async def fetch(self, query: TenantQuery, *args: Any) -> list[asyncpg.Record]:
+        self._counter.round_trips += 1
         return list(await self._conn.fetch(query.sql, self.organization_id, *args))
 
     async def fetchrow(self, query: TenantQuery, *args: Any) -> asyncpg.Record | None:
+        self._counter.round_trips += 1
         return await self._conn.fetchrow(query.sql, self.organization_id, *args)
 
     async def fetchval(self, query: TenantQuery, *args: Any) -> Any:
+        self._counter.round_trips += 1
         return await self._conn.fetchval(query.sql, self.organization_id, *args)
 
     async def execute(self, query: TenantQuery, *args: Any) -> str:
+        self._counter.round_trips += 1
         return await self._conn.execute(query.sql, self.organization_id, *args)
 
+    async def read(self, query: ScopedRead, *args: Any) -> list[asyncpg.Record]:
+        """A scoped read inside this transaction: the function names this scope's organization
+        again, until the transaction ends. Never in the platform scope, which it would leave."""
+        if self.organization_id is None:
+            raise TypeError("a scoped read names an organization, not the platform")
+        self._counter.round_trips += 1
+        return list(await self._conn.fetch(query.sql, self.organization_id, *args))
 
-def _not_a_member(role: str) -> ConfigurationError:
+
+def not_a_member(role: str) -> ConfigurationError:
     """The one line a process started with the wrong credential prints (the owner's URL as
     ``CONTEXTCORE_DATABASE_URL``, say): PostgreSQL's own error names neither the setting nor
     the fix, and a consumer's start-up would otherwise end in a traceback."""
@@ -132,7 +170,7 @@ async def service_role(
         try:
             await conn.execute("SELECT set_config('role', $1, true)", role)
         except asyncpg.InsufficientPrivilegeError as error:
-            raise _not_a_member(role) from error
+            raise not_a_member(role) from error
         yield
 
 
@@ -146,6 +184,9 @@ class TenantDatabase:
             raise ValueError(f"not a plain role name: {role!r}")
         self.pool = pool
         self.role = role
+        self.round_trips = 0
+        """Statements and transaction ends sent so far: every one a round trip (the bench and
+        ``/metrics`` divide it by the builds)."""
 
     @asynccontextmanager
     async def scoped(self, organization_id: UUID) -> AsyncIterator[TenantConnection]:
@@ -154,6 +195,43 @@ class TenantDatabase:
             raise TypeError("a tenant scope needs the organization id as a UUID")
         async with self._transaction(organization_id, readonly=True) as tenant:
             yield tenant
+
+    async def read(
+        self, query: ScopedRead, organization_id: UUID, *args: Any
+    ) -> list[asyncpg.Record]:
+        """One statement, one round trip, outside any transaction: the read function enters
+        ``organization_id``'s scope for that statement alone (migration 00029).
+
+        The pool's connections must be the service role for their whole session
+        (``create_pool(session_role=...)``): the login itself may not run the function.
+        A read cancelled mid-statement (a source timeout) closes its connection.
+        """
+        if not isinstance(organization_id, UUID):
+            raise TypeError("a tenant scope needs the organization id as a UUID")
+        if self.pool is None:
+            raise InfrastructureUnavailable("this process has no database pool")
+        try:
+            conn = await self.pool.acquire()
+        except (OSError, TimeoutError, *_LOST) as error:
+            raise _unavailable(error) from error
+        try:
+            self.round_trips += 1
+            return list(await conn.fetch(query.sql, UUID(int=organization_id.int), *args))
+        except _LOST as error:
+            raise _unavailable(error) from error
+        except (asyncpg.UndefinedFunctionError, asyncpg.InsufficientPrivilegeError) as error:
+            # the login itself can neither see nor run the read functions
+            raise ConfigurationError(
+                f"scoped read {query.name} needs a pool whose sessions are the service role "
+                f"{self.role!r} (create_pool(session_role=...)): {error}"
+            ) from error
+        except asyncpg.PostgresError:
+            raise  # the statement failed; the connection is idle and clean
+        except BaseException:
+            conn.terminate()  # cancelled or broken mid-statement: never reused
+            raise
+        finally:
+            await self.pool.release(conn)
 
     @asynccontextmanager
     async def writing(self, scope: Scope) -> AsyncIterator[TenantConnection]:
@@ -204,13 +282,15 @@ class TenantDatabase:
         try:
             try:
                 try:
+                    self.round_trips += 1
                     await conn.execute(enter)
                 except asyncpg.InsufficientPrivilegeError as error:
-                    raise _not_a_member(self.role) from error
-                yield TenantConnection(conn, organization)
+                    raise not_a_member(self.role) from error
+                yield TenantConnection(conn, organization, self)
             except BaseException:
                 await _abandon(conn)
                 raise
+            self.round_trips += 1
             await conn.execute("COMMIT")
         except _LOST as error:
             raise _unavailable(error) from error

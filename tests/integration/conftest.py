@@ -42,9 +42,9 @@ from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings, environ
 from contextcore.storage import migrations
-from contextcore.storage.pool import with_database
+from contextcore.storage.pool import create_pool, with_database
 from contextcore.storage.provision import Login, provision_database, provision_roles
-from contextcore.storage.tenancy import TenantDatabase
+from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
 from producers.knowledge import KnowledgeClient
 
@@ -209,9 +209,9 @@ async def admin(database: Database) -> AsyncIterator[asyncpg.Connection]:
 
 @pytest.fixture
 async def tenant_db(database: Database) -> AsyncIterator[TenantDatabase]:
-    """The tenancy layer over a small pool of the runtime login."""
-    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=3)
-    assert pool is not None
+    """The tenancy layer over a small pool of the runtime login, the service role for the
+    whole session as in a consumer (scoped reads are one statement)."""
+    pool = await create_pool(database.url, min_size=1, max_size=3, session_role=SERVICE_ROLE)
     yield TenantDatabase(pool)
     await pool.close()
 

@@ -7,11 +7,14 @@ import uuid
 import asyncpg
 import pytest
 
+from contextcore.errors import ConfigurationError
+from contextcore.storage.pool import create_pool
 from contextcore.storage.provision import Login
 from contextcore.storage.tenancy import (
     PLATFORM,
     SERVICE_ROLE,
     Connection,
+    ScopedRead,
     TenantDatabase,
     TenantQuery,
 )
@@ -105,6 +108,91 @@ def test_a_tenant_query_must_filter_by_the_organization_parameter() -> None:
     with pytest.raises(ValueError, match=r"does not filter by \$1"):
         TenantQuery("oops", "SELECT * FROM crm_companies WHERE id = $10")
     TenantQuery("ok", "SELECT * FROM crm_companies WHERE organization_id = $1")
+
+
+# ------------------------------------------------------ scoped reads in one statement (00029)
+
+RUNS = ScopedRead("runs", "SELECT id FROM contextcore_read_runs($1, 24, $2, NULL, '{}', NULL, 50)")
+
+
+async def test_a_scoped_read_that_forgets_its_filter_sees_one_tenant_only(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """The read function's own filter removed (in this test's database only), row security
+    still keeps the read in the organization its statement named."""
+    a, b = await seed.organization(admin, "A"), await seed.organization(admin, "B")
+    user = seed.new_id()
+    for org, count in ((a, 2), (b, 3)):
+        for _ in range(count):
+            await seed.insert(
+                admin,
+                "runs",
+                organization_id=org,
+                id=seed.new_id(),
+                status="completed",
+                user_id=user,
+            )
+    assert len(await tenant_db.read(RUNS, a, user)) == 2
+    await admin.execute("""
+        CREATE OR REPLACE FUNCTION contextcore_read_runs(
+            organization uuid, lookback_hours integer, asker uuid, asking_trigger uuid,
+            patterns jsonb[], current_run uuid, max_runs integer
+        ) RETURNS TABLE (
+            id uuid, parent_run_id uuid, status text, result_summary text, result_refs jsonb,
+            waiting_reason text, failure_reason text, created_at timestamptz
+        ) LANGUAGE sql VOLATILE SET search_path = pg_catalog, public AS $$
+            SELECT contextcore_enter_read(organization);
+            SELECT id, parent_run_id, status, result_summary, result_refs, waiting_reason,
+                   failure_reason, created_at FROM runs  -- no filter at all
+        $$""")
+    assert len(await tenant_db.read(RUNS, a, user)) == 2
+    assert len(await tenant_db.read(RUNS, b, user)) == 3
+
+
+async def test_a_scoped_read_ends_its_scope_with_its_statement(
+    admin: asyncpg.Connection, database: Database
+) -> None:
+    org = await seed.organization(admin)
+    user = seed.new_id()
+    await seed.insert(
+        admin, "runs", organization_id=org, id=seed.new_id(), status="completed", user_id=user
+    )
+    pool = await create_pool(database.url, min_size=1, max_size=1, session_role=SERVICE_ROLE)
+    try:
+        tenants = TenantDatabase(pool)
+        assert len(await tenants.read(RUNS, org, user)) == 1
+        async with pool.acquire() as conn:  # the same, only connection, back in the pool
+            assert await conn.fetchval("SELECT current_user") == SERVICE_ROLE
+            assert await conn.fetchval("SELECT contextcore_current_organization()") is None
+            assert await conn.fetchval("SELECT count(*) FROM runs") == 0
+            assert not conn.is_in_transaction()
+    finally:
+        await pool.close()
+
+
+async def test_the_login_itself_cannot_run_a_scoped_read(
+    admin: asyncpg.Connection, database: Database
+) -> None:
+    """The read functions are the service role's: a pool of the bare login gets a
+    configuration error that says how to open the pool, and no row."""
+    org = await seed.organization(admin)
+    pool = await asyncpg.create_pool(database.url, min_size=1, max_size=1)
+    try:
+        with pytest.raises(ConfigurationError, match="session_role"):
+            await TenantDatabase(pool).read(RUNS, org, seed.new_id())
+        async with pool.acquire() as conn:  # no USAGE on the schema: not even seen
+            with pytest.raises(asyncpg.UndefinedFunctionError):
+                await conn.fetch("SELECT contextcore_enter_read($1::uuid)", org)
+    finally:
+        await pool.close()
+
+
+def test_a_scoped_read_must_call_a_read_function_with_the_organization_first() -> None:
+    with pytest.raises(ValueError, match="contextcore_read_"):
+        ScopedRead("oops", "SELECT * FROM crm_companies WHERE organization_id = $1")
+    with pytest.raises(ValueError, match="contextcore_read_"):
+        ScopedRead("oops", "SELECT * FROM contextcore_read_runs($2, $1)")
+    ScopedRead("ok", "SELECT * FROM contextcore_read_runs($1, $2)")
 
 
 # ------------------------------------------------------------ the runtime login (issue 7, #3)
