@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -309,6 +310,11 @@ class ConsumerApp:
         assert self.delivery is not None
         assert consumer is not None
         self.delivery.start(ConsumerCommitter(consumer))
+        # What start-up loaded (the encoder stack, the libraries: some 80,000 objects) lives as
+        # long as the process: out of the collector's sight, a full collection no longer walks
+        # it (25 ms with the event loop stopped, measured) while records wait.
+        gc.collect()
+        gc.freeze()
         self._ready = True
         print(
             f"{self.name} consumer ready: topic {self.topic}, group {self.settings.group_id}, "

@@ -29,15 +29,19 @@ async def verify_schema(database: DatabaseSettings) -> None:
 
 @asynccontextmanager
 async def verified_pool(
-    database: DatabaseSettings, *, url: str | None = None
+    database: DatabaseSettings, *, url: str | None = None, opened: int = 1
 ) -> AsyncIterator[asyncpg.Pool]:
     """A pool on ``url`` (default: the runtime login's) once the schema is verified. Its
     connections are the service role for their whole session, so a scoped read is one
-    statement (:meth:`~contextcore.storage.tenancy.TenantDatabase.read`)."""
+    statement (:meth:`~contextcore.storage.tenancy.TenantDatabase.read`). ``opened``
+    connections open before it is handed out (at most the pool's size): a connection opened
+    during a burst costs its request the connection and authentication (measured: the first
+    second at 200 builds a second waited up to 240 ms while the pool grew from one)."""
     await verify_schema(database)
     pool = await create_pool(
         url or database.require_url(),
         timeout_s=database.connect_timeout_s,
+        min_size=min(opened, database.pool_size),
         max_size=database.pool_size,
         session_role=database.role,
     )
