@@ -56,6 +56,7 @@ from devstack.stack import OWNER, TANSU_FETCH_MAX_WAIT_MS
 ROOT = Path(__file__).resolve().parents[1]
 CID = re.compile(rb'"correlation_id":\s*"([^"]+)"')
 TARGET_P99_S = 0.100
+RT = "contextcore_database_round_trips_total"
 REPLY_PARTITIONS = 8
 
 
@@ -123,10 +124,15 @@ def cpu_seconds() -> dict[str, float]:
     return totals
 
 
-def cpu_line(before: dict[str, float], after: dict[str, float], requests: int) -> str:
-    return "  CPU per request: " + ", ".join(
-        f"{name} {(after[name] - before[name]) * 1000 / max(requests, 1):.2f} ms" for name in after
-    )
+def cpu_per_request(
+    before: dict[str, float], after: dict[str, float], requests: int
+) -> dict[str, float]:
+    """Milliseconds of CPU per request, by process kind."""
+    return {name: (after[name] - before[name]) * 1000 / max(requests, 1) for name in after}
+
+
+def cpu_line(cpu: dict[str, float]) -> str:
+    return "  CPU per request: " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in cpu.items())
 
 
 def free_port() -> int:
@@ -290,6 +296,12 @@ def sequential(client: Client, topic: str, make: Callable[[str], bytes], count: 
     return run
 
 
+def counter(text: str, name: str) -> float:
+    """The value of an unlabelled counter in one scrape (0 when absent)."""
+    found = re.search(rf"^{name} ([\d.e+-]+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
 def stage_means(before: str, after: str) -> dict[str, float]:
     """Mean seconds per observation of each stage between two scrapes of one consumer."""
 
@@ -351,8 +363,13 @@ class Figures:
 
 
 @contextmanager
-def fresh_step(target: Target, count: int, orgs: list[Org], workload: str) -> Iterator[Step]:
-    """New topics, a new group and ``count`` new consumer processes, warmed up.
+def fresh_step(
+    target: Target, count: int, orgs: list[Org], workload: str, rate: float = 20
+) -> Iterator[Step]:
+    """New topics, a new group and ``count`` new consumer processes, warmed up: 4 s at 20
+    requests a second, then 1 s at the step's ``rate``, answered before the step starts, so
+    that the step measures a running consumer, not its first connections and plans (the first
+    second at 200 requests a second otherwise waited up to 240 ms).
 
     Tansu's memory storage grows slower the longer a partition's log gets (its CPU per record
     rose from 2 ms to 9 ms within 2,500 records in one partition), so every step starts on
@@ -367,9 +384,10 @@ def fresh_step(target: Target, count: int, orgs: list[Org], workload: str) -> It
     make = request_maker(orgs, reply_topic, workload)
     try:
         with consumers(target, topic, count) as running:
-            warm = open_loop(client, topic, make, rate=20, seconds=4, wait_s=60)
-            if warm.answered < warm.sent:
-                raise RuntimeError(f"{target.label}: the warm-up was not answered")
+            for warm_rate, warm_s in ((20.0, 4.0), (rate, 1.0)):
+                warm = open_loop(client, topic, make, rate=warm_rate, seconds=warm_s, wait_s=60)
+                if warm.answered < warm.sent:
+                    raise RuntimeError(f"{target.label}: the warm-up was not answered")
             settle_group(running, legacy=target.legacy)
             yield Step(client, topic, make, running)
     finally:
@@ -404,20 +422,29 @@ class Step:
         return ["" if legacy else consumer.metrics() for consumer in self.running]
 
 
-def measure(target: Target, orgs: list[Org], args: argparse.Namespace) -> Figures:
+def measure(target: Target, orgs: list[Org], args: argparse.Namespace, workload: str) -> Figures:
     figures = Figures()
-    figures.add(f"== {target.label}")
-    with fresh_step(target, 1, orgs, args.workload) as step:
+    figures.add(f"== {target.label}, workload {workload}")
+    with fresh_step(target, 1, orgs, workload) as step:
         seq = sequential(step.client, step.topic, step.make, args.sequential)
         figures.add(seq.line("sequential round trip"))
         figures.values["sequential_p50"] = seq.percentile(0.5)
+        figures.values["sequential_p99"] = seq.percentile(0.99)
 
     def one(count: int, rate: float, label: str) -> Run:
-        with fresh_step(target, count, orgs, args.workload) as step:
+        with fresh_step(target, count, orgs, workload, rate) as step:
             cpu, before = cpu_seconds(), step.scrape(target.legacy)
             run = open_loop(step.client, step.topic, step.make, rate=rate, seconds=args.seconds)
             figures.add(run.line(label))
-            figures.add(cpu_line(cpu, cpu_seconds(), run.sent))
+            used = cpu_per_request(cpu, cpu_seconds(), run.sent)
+            figures.add(cpu_line(used))
+            if count == 1 and rate in args.rates:
+                for name, ms in used.items():
+                    figures.values[f"cpu_{name}@{rate:g}"] = ms / 1000
+                if not target.legacy:
+                    trips = counter(step.running[0].metrics(), RT) - counter(before[0], RT)
+                    figures.values[f"round_trips@{rate:g}"] = trips / max(run.sent, 1)
+                    figures.add(f"  database round trips per request: {trips / run.sent:.2f}")
             for index, consumer in enumerate(step.running):
                 rss = consumer.peak_rss_mb()
                 figures.values[f"rss@{count}.{index}"] = max(
@@ -437,7 +464,7 @@ def measure(target: Target, orgs: list[Org], args: argparse.Namespace) -> Figure
         run = one(1, rate, f"{rate:g} req/s, 1 process")
         figures.values[f"p50@{rate:g}"] = run.percentile(0.5)
         figures.values[f"p99@{rate:g}"] = run.percentile(0.99)
-    for count in (1, 2):
+    for count in args.processes:
         best = 0.0
         for rate in args.ladder:  # lowest first; stop at the first rate not sustained
             if not one(count, rate, f"ladder {rate:g} req/s, {count} process(es)").sustained:
@@ -478,27 +505,86 @@ async def baseline_database(code_dir: Path, seeded: Seeded, name: str) -> str:
     return admin_url  # the baseline knew one credential: it served as the table owner
 
 
+def against_transport(
+    label: str, by_workload: dict[str, Figures], args: argparse.Namespace
+) -> None:
+    """Each workload beside the first (the transport alone) of the same run: the figures of
+    issue 20's targets and their ratios."""
+    names = list(by_workload)
+    base = by_workload[names[0]].values
+    rate = f"{args.rates[-1]:g}"
+    print(f"== {label}: each workload against {names[0]}, same run")
+    rows = [
+        ("max rate, p99 <= 100 ms, 1 process", "max@1", "req/s", 1.0, "ratio"),
+        (f"p99 at {rate} req/s", f"p99@{rate}", "ms", 1000.0, "ratio"),
+        (
+            f"consumer CPU per request at {rate} req/s",
+            f"cpu_consumers@{rate}",
+            "ms",
+            1000.0,
+            "ratio",
+        ),
+        (
+            f"PostgreSQL CPU per request at {rate} req/s",
+            f"cpu_postgres@{rate}",
+            "ms",
+            1000.0,
+            "ratio",
+        ),
+        ("sequential p50", "sequential_p50", "ms", 1000.0, "difference"),
+        (f"database round trips per request at {rate} req/s", f"round_trips@{rate}", "", 1.0, ""),
+    ]
+    for name in names[1:]:
+        values = by_workload[name].values
+        print(f"-- {name}")
+        for title, key, unit, scale, compare in rows:
+            if key not in values:
+                continue
+            mine, theirs = values[key] * scale, base.get(key, 0.0) * scale
+            line = f"{title:<48} {mine:9.2f} {unit:<5} ({names[0]} {theirs:.2f})"
+            if compare == "ratio" and theirs:
+                line += f"  ratio {mine / theirs:.2f}"
+            elif compare == "difference":
+                line += f"  difference {mine - theirs:+.2f} ms"
+            print(line)
+        for key in sorted(values):
+            if key.startswith("rss@"):
+                print(f"{'peak RSS, consumer ' + key[4:]:<48} {values[key]:9.0f} MB")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit")
     parser.add_argument("--organizations", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--sequential", type=int, default=300)
-    parser.add_argument("--workload", choices=["typical", "heavy", "empty"], default="typical")
+    parser.add_argument(
+        "--workloads",
+        type=lambda s: s.split(","),
+        default=["empty", "typical"],
+        help="measured one after the other in this run, each against the first (the transport "
+        "alone, 'empty'): typical, heavy",
+    )
     parser.add_argument(
         "--fetch-wait-ms",
         type=int,
         default=TANSU_FETCH_MAX_WAIT_MS,
         help="the consumers' and the generator's fetch long poll (Tansu holds it to its end)",
     )
+    parser.add_argument(
+        "--processes",
+        type=lambda s: [int(x) for x in s.split(",") if x],
+        default=[1, 2],
+        help="consumer processes of the ladders",
+    )
     parser.add_argument("--in-flight", type=int, default=None, help="this code's max in flight")
     parser.add_argument(
-        "--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50, 200]
+        "--rates", type=lambda s: [float(x) for x in s.split(",") if x], default=[50, 200]
     )
     parser.add_argument(
         "--ladder",
-        type=lambda s: [float(x) for x in s.split(",")],
-        default=[100, 200, 300, 400, 500, 600, 700, 800],
+        type=lambda s: [float(x) for x in s.split(",") if x],
+        default=[50 * step for step in range(1, 21)],
     )
     args = parser.parse_args()
 
@@ -508,7 +594,7 @@ def main() -> None:
     if args.in_flight is not None:
         os.environ["CONTEXTCORE_BUILD_MAX_IN_FLIGHT"] = str(args.in_flight)
     print(
-        f"workload {args.workload}, fetch wait {args.fetch_wait_ms} ms, "
+        f"workloads {', '.join(args.workloads)}, fetch wait {args.fetch_wait_ms} ms, "
         f"{args.organizations} organizations, {args.seconds:g} s per step"
     )
     targets = [Target("this code", ROOT, seeded.url, legacy=False)]
@@ -521,7 +607,9 @@ def main() -> None:
     results: list[Figures] = []
     try:
         for target in targets:
-            results.append(measure(target, seeded.orgs, args))
+            by_workload = {w: measure(target, seeded.orgs, args, w) for w in args.workloads}
+            results.append(by_workload[args.workloads[-1]])
+            against_transport(target.label, by_workload, args)
     finally:
         asyncio.run(drop(seeded.stack, "bench_e2e"))
         if args.baseline is not None:
