@@ -24,11 +24,10 @@ from typing import Any
 import asyncpg
 
 from bench.seeded import POLICY, drop, prepare, request_for
-from consumers.build.sources import process_registry
+from consumers.build.sources import SourceCaches, process_registry
 from contextcore.builder import DefaultContextBuilder
 from contextcore.packer import ContextPacker
-from contextcore.sources.dossier import Fact
-from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
+from contextcore.sources.cache import CacheInvalidator
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 
 DATABASE = "bench_sources"
@@ -62,10 +61,10 @@ async def main() -> None:
 
     pool = await asyncpg.create_pool(url, min_size=5, max_size=10, init=init)
     assert pool is not None
-    cache: DossierCache[list[Fact]] = DossierCache()
-    invalidator = DossierInvalidator(cache, url)
+    caches = SourceCaches()
+    invalidator = CacheInvalidator(caches.by_channel(), url)
     await invalidator.start()
-    registry = process_registry(TenantDatabase(pool), cache)
+    registry = process_registry(TenantDatabase(pool), caches)
     builder = DefaultContextBuilder(registry, ContextPacker())
     rng = random.Random(7)
     try:

@@ -229,6 +229,34 @@ BUILDS = Board(
                 "higher item holds the subject key; over_budget: it did not fit.",
             ),
             MEMORIES_DROPPED,
+            Panel(
+                "Source cache hit rate",
+                "percentunit",
+                (
+                    q(
+                        "sum by (cache) (rate(contextcore_source_cache_requests_total"
+                        f'{{outcome="hit"}}[{RATE}])) / sum by (cache) '
+                        f"(rate(contextcore_source_cache_requests_total[{RATE}]))",
+                        "{{cache}}",
+                    ),
+                ),
+                description="Reads of the per-organization caches (dossier, definition "
+                "summaries) answered without the database; a write drops an organization's "
+                "entries in every process.",
+            ),
+            Panel(
+                "Database round trips per build",
+                "short",
+                (
+                    q(
+                        f"sum(rate(contextcore_database_round_trips_total[{RATE}])) / "
+                        f"sum(rate(contextcore_build_requests_total[{RATE}]))",
+                        "round trips",
+                    ),
+                ),
+                description="Statements, scope entries and commits the sources sent PostgreSQL "
+                "per answered request (issue 20: at most 5 for a typical build).",
+            ),
         ],
     },
 )

@@ -17,9 +17,9 @@ from contextlib import asynccontextmanager
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics
 from consumers.build.handler import BuildHandler
-from consumers.build.metrics import BuildMetrics
+from consumers.build.metrics import BuildMetrics, CacheStatistics, RoundTrips
 from consumers.build.settings import BuildSettings
-from consumers.build.sources import process_registry
+from consumers.build.sources import SourceCaches, process_registry
 from consumers.runtime.app import Channel, ConsumerApp, lazy_app
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
@@ -28,8 +28,7 @@ from contextcore.builder import DefaultContextBuilder
 from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.settings import DatabaseSettings
-from contextcore.sources.dossier import Fact
-from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
+from contextcore.sources.cache import CacheInvalidator
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.build import BuildReplyV1, BuildRequestV1
 
@@ -59,16 +58,20 @@ def create_app(
         metrics: RuntimeMetrics, _publisher: Publisher
     ) -> AsyncIterator[BuildHandler]:
         url = database.require_url()
-        cache: DossierCache[list[Fact]] = DossierCache()
-        invalidator = DossierInvalidator(cache, url)
-        async with verified_pool(database, url=database.read_url or url) as pool:
+        caches = SourceCaches()
+        invalidator = CacheInvalidator(caches.by_channel(), url)
+        read_url = database.read_url or url
+        async with verified_pool(database, url=read_url, opened=database.pool_size) as pool:
             try:
                 await invalidator.start()
                 encoders = Encoders(knowledge)
                 build_metrics = BuildMetrics.create(metrics.registry)
+                tenants = TenantDatabase(pool, role=database.role)
+                metrics.registry.register(RoundTrips(tenants))
+                metrics.registry.register(CacheStatistics(caches.by_channel().values()))
                 registry = process_registry(
-                    TenantDatabase(pool, role=database.role),
-                    cache,
+                    tenants,
+                    caches,
                     encoders=encoders,
                     on_memory_drop=build_metrics.memory_drop_hook(),
                 )

@@ -5,17 +5,64 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from consumers.runtime.metrics import STAGE_BUCKETS
 from contextcore.builder import ReadCause
 from contextcore.models import ContextBrief
 from contextcore.packer import NOT_ENABLED, OUTRANKED, OVER_BUDGET
+from contextcore.sources.cache import TenantCache
+from contextcore.storage.tenancy import TenantDatabase
 
 # Tokens of one brief: policies budget from a few hundred to a few thousand tokens.
 TOKEN_BUCKETS = (0, 50, 100, 250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000)
+
+
+class RoundTrips(Collector):
+    """``contextcore_database_round_trips_total``: what the sources sent PostgreSQL, read from
+    the tenancy layer's count at each scrape (nothing on the build path but an addition)."""
+
+    def __init__(self, database: TenantDatabase) -> None:
+        self.database = database
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "contextcore_database_round_trips",
+            "Statements, scope entries and commits the context sources sent PostgreSQL, each "
+            "one round trip (divide by contextcore_build_requests_total).",
+            value=self.database.round_trips,
+        )
+
+
+class CacheStatistics(Collector):
+    """``contextcore_source_cache_requests_total{cache, outcome}`` (hit or miss) and
+    ``contextcore_source_cache_entries{cache}``, read from the caches at each scrape."""
+
+    def __init__(self, caches: Iterable[TenantCache[Any]]) -> None:
+        self.caches = list(caches)
+
+    def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        requests = CounterMetricFamily(
+            "contextcore_source_cache_requests",
+            "Reads of a per-organization source cache, by cache and outcome (hit, miss; a "
+            "miss reads the database).",
+            labels=["cache", "outcome"],
+        )
+        entries = GaugeMetricFamily(
+            "contextcore_source_cache_entries",
+            "Entries held by each per-organization source cache (bounded).",
+            labels=["cache"],
+        )
+        for cache in self.caches:
+            requests.add_metric([cache.name, "hit"], cache.hits)
+            requests.add_metric([cache.name, "miss"], cache.misses)
+            entries.add_metric([cache.name], len(cache))
+        yield requests
+        yield entries
 
 
 @dataclass(frozen=True)

@@ -4,19 +4,36 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from contextcore.errors import InfrastructureUnavailable
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.registry import ContextSourceRegistry
+from contextcore.sources import definition_summary, dossier
 from contextcore.sources.application import ApplicationContextSource
+from contextcore.sources.cache import TenantCache
 from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource, Fact
-from contextcore.sources.dossier_cache import DossierCache
 from contextcore.sources.memory import DropReason, MemoryContextSource
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
+
+
+@dataclass(frozen=True)
+class SourceCaches:
+    """The process's caches of slowly changing source data, each with the channel that
+    invalidates it (:class:`~contextcore.sources.cache.CacheInvalidator`)."""
+
+    dossier: TenantCache[list[Fact]] = field(default_factory=lambda: TenantCache("dossier"))
+    definitions: TenantCache[list[definition_summary.Row]] = field(
+        default_factory=lambda: TenantCache("definition_summary")
+    )
+
+    def by_channel(self) -> dict[str, TenantCache[Any]]:
+        return {dossier.CHANNEL: self.dossier, definition_summary.CHANNEL: self.definitions}
 
 
 async def _no_encoder(model: str) -> Encoder:
@@ -25,7 +42,7 @@ async def _no_encoder(model: str) -> Encoder:
 
 def process_registry(
     database: TenantDatabase | None = None,
-    dossier_cache: DossierCache[list[Fact]] | None = None,
+    caches: SourceCaches | None = None,
     *,
     encoders: Callable[[str], Awaitable[Encoder]] | None = None,
     on_memory_drop: Callable[[DropReason], None] | None = None,
@@ -33,12 +50,13 @@ def process_registry(
     """The seven database sources; without a database (or, for knowledge, an encoder) they can
     be admitted but not read."""
     database = database or TenantDatabase(None)
+    caches = caches or SourceCaches()  # never listening without an invalidator: no caching
     return ContextSourceRegistry(
         [
             ConversationContextSource(database),
             ApplicationContextSource(database),
-            DossierContextSource(database, dossier_cache or DossierCache()),
-            DefinitionSummaryContextSource(database),
+            DossierContextSource(database, caches.dossier),
+            DefinitionSummaryContextSource(database, caches.definitions),
             RunHistoryContextSource(database),
             KnowledgeContextSource(database, encoders or _no_encoder),
             MemoryContextSource(database, on_drop=on_memory_drop),

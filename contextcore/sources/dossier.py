@@ -10,7 +10,8 @@ Options: ``include_user`` (default false; a subject with no user reads no user s
 returns no item and reads nothing. Items carry no ref and no subject key.
 
 The organization part (company, services, profiles, offers) is cached for 60 s per organization
-(:mod:`contextcore.sources.dossier_cache`), and a write to it invalidates every process's entry.
+(:mod:`contextcore.sources.cache`), and a write to it invalidates every process's entry
+(``CHANNEL``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from asyncpg import Record
 from pydantic import BaseModel, ConfigDict
 
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec
-from contextcore.sources.dossier_cache import DossierCache
+from contextcore.sources.cache import TenantCache
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 
 
@@ -32,6 +33,9 @@ class DossierOptions(BaseModel):
     include_user: bool = False
     include_documents: bool = True
 
+
+CHANNEL = "contextcore_dossier"
+"""Where a write to the organization part is told (migration 00003's triggers)."""
 
 READ = ScopedRead(
     "dossier.read",
@@ -84,7 +88,7 @@ class DossierContextSource:
     name = "dossier"
     options_schema: type[BaseModel] = DossierOptions
 
-    def __init__(self, database: TenantDatabase, cache: DossierCache[list[Fact]]) -> None:
+    def __init__(self, database: TenantDatabase, cache: TenantCache[list[Fact]]) -> None:
         self.database = database
         self.cache = cache
 

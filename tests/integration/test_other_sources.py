@@ -21,10 +21,11 @@ from contextcore.models import (
 )
 from contextcore.packer import ContextPacker
 from contextcore.registry import PolicyError
+from contextcore.sources import definition_summary, dossier
+from contextcore.sources.cache import CacheInvalidator, TenantCache
 from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource, Fact
-from contextcore.sources.dossier_cache import DossierCache, DossierInvalidator
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from contextcore.tokens import estimate_tokens
@@ -116,7 +117,7 @@ async def test_dossier_items_in_the_design_order(
         full_name="Dana",
         title="Head of Sales",
     )
-    source = DossierContextSource(tenant_db, DossierCache())
+    source = DossierContextSource(tenant_db, TenantCache("dossier"))
     items = await source.retrieve(
         subject_request(org, user_id=user), spec("dossier", include_user=True)
     )
@@ -152,8 +153,8 @@ async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
 ) -> None:
     org = await seed.organization(admin)
     await seed_dossier(admin, org, documents=0)
-    cache: DossierCache[list[Fact]] = DossierCache()
-    invalidator = DossierInvalidator(cache, database.url)  # LISTEN as the runtime login
+    cache: TenantCache[list[Fact]] = TenantCache("dossier")
+    invalidator = CacheInvalidator({dossier.CHANNEL: cache}, database.url)  # the runtime login
     await invalidator.start()
     try:
         source = DossierContextSource(tenant_db, cache)
@@ -187,8 +188,8 @@ async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
 ) -> None:
     org = await seed.organization(admin)
     await seed_dossier(admin, org, documents=0)
-    cache: DossierCache[list[Fact]] = DossierCache()
-    invalidator = DossierInvalidator(cache, database_url, reconnect_delay_s=0.05)
+    cache: TenantCache[list[Fact]] = TenantCache("dossier")
+    invalidator = CacheInvalidator({dossier.CHANNEL: cache}, database_url, reconnect_delay_s=0.05)
     await invalidator.start()
     source = DossierContextSource(tenant_db, cache)
     try:
@@ -213,23 +214,6 @@ async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
                 await asyncio.sleep(0.01)
     finally:
         await invalidator.stop()
-
-
-def test_dossier_cache_expires_and_refuses_a_read_older_than_an_invalidation() -> None:
-    now = [0.0]
-    cache: DossierCache[str] = DossierCache(ttl_s=60, clock=lambda: now[0])
-    org = uuid.uuid4()
-    cache.put(org, "unlistened", generation=0)
-    assert cache.get(org) is None  # no listener, no caching
-    cache.listening = True
-    seen = cache.generation(org)
-    cache.invalidate(org)  # a write lands while the read is in flight
-    cache.put(org, "stale", generation=seen)
-    assert cache.get(org) is None
-    cache.put(org, "fresh", generation=cache.generation(org))
-    assert cache.get(org) == "fresh"
-    now[0] = 60.0
-    assert cache.get(org) is None
 
 
 # ---------------------------------------------------------------------- definition summaries
@@ -258,7 +242,7 @@ async def test_definition_summaries_are_the_visible_published_ones_of_org_and_pl
             status=status,
             visibility=visibility,
         )
-    source = DefinitionSummaryContextSource(tenant_db)
+    source = DefinitionSummaryContextSource(tenant_db, TenantCache("definition_summary"))
     items = await source.retrieve(subject_request(org), spec("definition_summary"))
     assert [(i.title, i.body) for i in items] == [
         ("Agent Researcher", "Researcher summary"),
@@ -268,6 +252,63 @@ async def test_definition_summaries_are_the_visible_published_ones_of_org_and_pl
         i.title
         for i in await source.retrieve(subject_request(org), spec("definition_summary", limit=1))
     ] == ["Agent Researcher"]
+
+
+async def definition(admin: asyncpg.Connection, org: uuid.UUID | None, name: str) -> uuid.UUID:
+    row_id = seed.new_id()
+    await seed.insert(
+        admin,
+        "definitions",
+        id=row_id,
+        organization_id=org,
+        kind="agent",
+        name=name,
+        safe_summary=f"{name} summary",
+        status="published",
+        visibility="listed",
+    )
+    return row_id
+
+
+async def test_cached_definitions_are_each_organizations_own_and_every_write_is_seen(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, database: Database
+) -> None:
+    """Two organizations' reads are cached side by side and never answer each other; a write
+    from another connection drops that organization's entries, a platform write every
+    organization's, in every process that listens."""
+    org, other = await seed.organization(admin), await seed.organization(admin)
+    mine = await definition(admin, org, "Mine")
+    await definition(admin, other, "Theirs")
+    cache: TenantCache[list[definition_summary.Row]] = TenantCache("definition_summary")
+    invalidator = CacheInvalidator({definition_summary.CHANNEL: cache}, database.url)
+    await invalidator.start()
+    source = DefinitionSummaryContextSource(tenant_db, cache)
+
+    async def names(organization: uuid.UUID) -> list[str]:
+        items = await source.retrieve(subject_request(organization), spec("definition_summary"))
+        return [i.title for i in items]
+
+    async def dropped(organization: uuid.UUID) -> None:
+        async with asyncio.timeout(10):
+            while cache.get(organization, None) is not None:  # noqa: ASYNC110 - the listener
+                await asyncio.sleep(0.01)
+
+    try:
+        assert await names(org) == ["Agent Mine"]
+        assert await names(other) == ["Agent Theirs"]
+        assert (cache.hits, cache.misses) == (0, 2)
+        assert await names(org) == ["Agent Mine"]
+        assert await names(other) == ["Agent Theirs"]  # each from its own entry
+        assert (cache.hits, cache.misses) == (2, 2)
+        await admin.execute("UPDATE definitions SET name = 'Renamed' WHERE id = $1", mine)
+        await dropped(org)
+        assert await names(org) == ["Agent Renamed"]
+        assert cache.get(other, None) is not None  # another organization's write: kept
+        await definition(admin, None, "Platform")  # a platform row: every entry goes
+        await dropped(other)
+        assert await names(other) == ["Agent Theirs", "Agent Platform"]
+    finally:
+        await invalidator.stop()
 
 
 # ------------------------------------------------------------------------------ conversation
