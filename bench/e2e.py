@@ -441,8 +441,9 @@ def measure(target: Target, orgs: list[Org], args: argparse.Namespace, workload:
             if count == 1 and rate in args.rates:
                 for name, ms in used.items():
                     figures.values[f"cpu_{name}@{rate:g}"] = ms / 1000
-                if not target.legacy:
-                    trips = counter(step.running[0].metrics(), RT) - counter(before[0], RT)
+                scraped = "" if target.legacy else step.running[0].metrics()
+                if RT in scraped:  # code before issue 20 does not count them
+                    trips = counter(scraped, RT) - counter(before[0], RT)
                     figures.values[f"round_trips@{rate:g}"] = trips / max(run.sent, 1)
                     figures.add(f"  database round trips per request: {trips / run.sent:.2f}")
             for index, consumer in enumerate(step.running):
