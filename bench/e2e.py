@@ -46,8 +46,20 @@ from pathlib import Path
 
 import asyncpg
 
+from bench.corpora import CACHE
 from bench.processes import peak_rss_mb
-from bench.seeded import POLICY, TYPICAL_POLICY, Org, Seeded, drop, prepare, request_for, seed
+from bench.seeded import (
+    DEFINITION,
+    FULL_POLICY,
+    POLICY,
+    TYPICAL_POLICY,
+    Org,
+    Seeded,
+    drop,
+    prepare,
+    request_for,
+    seed,
+)
 from broker.topics import TopicSpec, ensure_topics
 from contextcore.storage.pool import with_database
 from contextcore.storage.provision import provision_database
@@ -75,6 +87,7 @@ class Target:
     def environ(self, topic: str, group: str, port: int) -> dict[str, str]:
         kept = {"CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS", "CONTEXTCORE_BUILD_MAX_IN_FLIGHT"}
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_") or k in kept}
+        env["CONTEXTCORE_KNOWLEDGE_CACHE_DIR"] = str(CACHE / "models")  # the encoder, offline
         env["PYTHONPATH"] = str(self.code_dir)
         env["CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS"] = BOOTSTRAP[0]
         env["CONTEXTCORE_DATABASE_URL"] = self.database_url
@@ -87,6 +100,7 @@ class Target:
 
 
 BOOTSTRAP: list[str] = []
+KNOWLEDGE: list[Knowledge] = []  # seeded when a workload is "full"
 
 
 @dataclass
@@ -329,17 +343,103 @@ def stage_means(before: str, after: str) -> dict[str, float]:
 # ---------------------------------------------------------------------------------- the run
 
 
-def request_maker(orgs: list[Org], reply_topic: str, workload: str) -> Callable[[str], bytes]:
+@dataclass(frozen=True)
+class Knowledge:
+    """The tenant the ``full`` workload reads: its documents' chunks and its questions."""
+
+    org: Org
+    questions: list[str]
+
+
+def seed_knowledge(seeded: Seeded, chunks: int) -> Knowledge:
+    """``chunks`` chunks (real-derived vectors, as ``bench.search``) and their HNSW index for
+    the first seeded organization, and twenty memories of one agent; FAQ questions to ask."""
+    import numpy as np
+
+    from bench.corpora import tuning
+    from bench.search import base_vectors
+    from bench.search import seed as seed_chunks
+    from contextcore.knowledge import indexes
+    from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+    from contextcore.knowledge.settings import KnowledgeSettings
+
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    encoder = SentenceTransformerEncoder(
+        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
+    )
+    base = base_vectors(encoder)
+    del encoder
+    rng = np.random.default_rng(3)
+    rows = base[rng.integers(0, len(base), chunks)]
+    rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    org = seeded.orgs[0]
+
+    async def store() -> None:
+        admin = await asyncpg.connect(seeded.admin_url)
+        try:
+            await seed_chunks(admin, org.id, rows, new_organization=False)
+            await admin.execute(indexes.create_sql(org.id, DEFAULT_MODEL, 384))
+            await admin.execute("ANALYZE knowledge_chunks")
+        finally:
+            await admin.close()
+        await remember_facts(seeded.url, org)
+
+    asyncio.run(store())
+    return Knowledge(org, [q.text for q in tuning().questions])
+
+
+async def remember_facts(url: str, org: Org) -> None:
+    from contextcore.memory.models import Invoker, MemoryCandidate
+    from contextcore.memory.service import MemoryService
+    from contextcore.storage.pool import create_pool
+    from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
+
+    pool = await create_pool(url, max_size=2, session_role=SERVICE_ROLE)
+    try:
+        service = MemoryService(TenantDatabase(pool))
+        invoker = Invoker(
+            organization_id=org.id, definition_id=DEFINITION, user_id=org.user, trigger_id=None
+        )
+        for i in range(20):
+            candidate = MemoryCandidate.model_validate(
+                {
+                    "scope": "organization" if i % 2 else "user",
+                    "attribute": f"observation.fact{i}",
+                    "text": f"Remembered fact number {i} about how this customer buys.",
+                    "subject_refs": [],
+                }
+            )
+            await service.remember(invoker, candidate, f"bench-{i}")
+    finally:
+        await pool.close()
+
+
+def request_maker(
+    orgs: list[Org], reply_topic: str, workload: str, knowledge: Knowledge | None = None
+) -> Callable[[str], bytes]:
     """Requests for random seeded organizations: ``typical`` (two refs, the demo's policy),
-    ``heavy`` (ten refs, the policy of bench/sources.py), or ``empty`` (no source: the
-    transport alone)."""
+    ``heavy`` (ten refs, the policy of bench/sources.py), ``full`` (the typical turn with a
+    question, all seven sources, on the tenant with documents and memories), or ``empty`` (no
+    source: the transport alone)."""
     rng = random.Random(11)
-    policies = {"typical": TYPICAL_POLICY, "heavy": POLICY}
+    policies = {"typical": TYPICAL_POLICY, "heavy": POLICY, "full": FULL_POLICY}
     policy = policies[workload].model_dump(mode="json") if workload in policies else {"sources": []}
 
     def make(correlation_id: str) -> bytes:
-        org = rng.choice(orgs)
-        request = request_for(org, rng, typical=workload != "heavy").model_dump(mode="json")
+        if workload == "full":
+            assert knowledge is not None
+            turn = request_for(knowledge.org, rng, typical=True)
+            turn = turn.model_copy(
+                update={
+                    "query": rng.choice(knowledge.questions),
+                    "subject": turn.subject.model_copy(update={"definition_id": DEFINITION}),
+                }
+            )
+            request = turn.model_dump(mode="json")
+        else:
+            org = rng.choice(orgs)
+            request = request_for(org, rng, typical=workload != "heavy").model_dump(mode="json")
         message = {
             "schema_version": 1,
             "correlation_id": correlation_id,
@@ -381,7 +481,7 @@ def fresh_step(
         ensure_topics(BOOTSTRAP[0], [TopicSpec(topic, 4), TopicSpec(reply_topic, REPLY_PARTITIONS)])
     )
     client = Client(BOOTSTRAP[0], reply_topic)
-    make = request_maker(orgs, reply_topic, workload)
+    make = request_maker(orgs, reply_topic, workload, KNOWLEDGE[0] if KNOWLEDGE else None)
     try:
         with consumers(target, topic, count) as running:
             for warm_rate, warm_s in ((20.0, 4.0), (rate, 1.0)):
@@ -557,6 +657,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit")
     parser.add_argument("--organizations", type=int, default=20)
+    parser.add_argument("--chunks", type=int, default=10_000, help="the full workload's tenant")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--sequential", type=int, default=300)
     parser.add_argument(
@@ -564,7 +665,7 @@ def main() -> None:
         type=lambda s: s.split(","),
         default=["empty", "typical"],
         help="measured one after the other in this run, each against the first (the transport "
-        "alone, 'empty'): typical, heavy",
+        "alone, 'empty'): typical, heavy, full",
     )
     parser.add_argument(
         "--fetch-wait-ms",
@@ -591,6 +692,9 @@ def main() -> None:
 
     seeded = asyncio.run(prepare("bench_e2e", args.organizations))
     BOOTSTRAP.append(seeded.stack.bootstrap_servers)
+    if "full" in args.workloads:
+        KNOWLEDGE.append(seed_knowledge(seeded, args.chunks))
+        print(f"seeded {args.chunks:,} chunks, their index and 20 memories for one organization")
     os.environ["CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS"] = str(args.fetch_wait_ms)
     if args.in_flight is not None:
         os.environ["CONTEXTCORE_BUILD_MAX_IN_FLIGHT"] = str(args.in_flight)

@@ -58,9 +58,18 @@ def sizes(total: int, organizations: int) -> list[int]:
     return [int(c) for c in counts]
 
 
-async def seed(admin: asyncpg.Connection, organization: uuid.UUID, vectors: np.ndarray) -> None:
+async def seed(
+    admin: asyncpg.Connection,
+    organization: uuid.UUID,
+    vectors: np.ndarray,
+    *,
+    new_organization: bool = True,
+) -> None:
+    """One ready document of ``len(vectors)`` chunks for ``organization`` (created unless it
+    exists: ``new_organization=False``)."""
     source = uuid.uuid4()
-    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'b')", organization)
+    if new_organization:
+        await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'b')", organization)
     await admin.execute(
         "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
         " status, upload_key) VALUES ($1, $2, 'inline', 'docs', 'bench://docs', 'text/html',"

@@ -167,6 +167,25 @@ TYPICAL_POLICY = ContextPolicy(
 """The demo's policy: what one agent turn asks of all five sources."""
 
 
+FULL_POLICY = ContextPolicy(
+    total_token_budget=2_000,
+    sources=[
+        *TYPICAL_POLICY.sources,
+        ContextSourceSpec(
+            name="knowledge",
+            token_budget=500,
+            limit=4,
+            options={"include_platform": True, "include_organization": True},
+        ),
+        ContextSourceSpec(name="memory", token_budget=250, limit=10),
+    ],
+)
+"""Every one of the seven sources: the typical turn, the tenant's documents and its memory."""
+
+DEFINITION = uuid.UUID("be000000-0000-4000-8000-00000000d001")
+"""The agent whose memories the full workload reads."""
+
+
 def request_for(org: Org, rng: random.Random, *, typical: bool = False) -> ContextRequest:
     """A turn about entities of ``org``: ten refs of three kinds (the heavy build of
     ``bench/sources.py``), or a typical turn's two (a company and a deal, as in the demo)."""

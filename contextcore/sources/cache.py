@@ -66,6 +66,10 @@ class TenantCache(Generic[T]):
     def __len__(self) -> int:
         return len(self._entries)
 
+    def holds(self, organization_id: UUID) -> bool:
+        """Whether any entry of this organization is held (expired ones included)."""
+        return organization_id in self._keys
+
     def generation(self, organization_id: UUID) -> Generation:
         """Take it before the read whose result you will ``put``."""
         return self._epoch, self._generations.get(organization_id, 0)

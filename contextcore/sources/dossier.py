@@ -9,9 +9,10 @@ Options: ``include_user`` (default false; a subject with no user reads no user s
 ``include_documents`` (default true). ``spec.limit`` caps the document items only; a zero limit
 returns no item and reads nothing. Items carry no ref and no subject key.
 
-The organization part (company, services, profiles, offers) is cached for 60 s per organization
-(:mod:`contextcore.sources.cache`), and a write to it invalidates every process's entry
-(``CHANNEL``).
+What a read returned is cached for 60 s per organization and per asking user, options and limit
+(:mod:`contextcore.sources.cache`): a cached dossier costs no round trip. A write to any of its
+tables (the organization part, documents, members; migrations 00003 and 00031) drops the
+organization's entries in every process (``CHANNEL``).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ CHANNEL = "contextcore_dossier"
 
 READ = ScopedRead(
     "dossier.read",
-    "-- dossier.read: the organization part when $2 (the cache has none), the member $3, the\n"
+    "-- dossier.read: the organization part when $2 (always, since 00031), the member $3, the\n"
     "-- active documents newest first when $4 (at most $5; NULL: no cap) and their count, in\n"
     "-- that order; every field as text (00029)\n"
     "SELECT part, fields FROM contextcore_read_dossier($1, $2, $3, $4, $5)",
@@ -56,32 +57,43 @@ def _joined(*parts: tuple[str, object]) -> str:
     return ". ".join(f"{label}: {value}" for label, value in parts if value)
 
 
-def _organization_part(rows: list[Record]) -> list[Fact]:
-    """The company, the services as one fact, then one fact per profile and per offer (the
-    read orders the rows by part)."""
-    company: list[Fact] = []
+def _facts(rows: list[Record]) -> list[Fact]:
+    """The dossier in spend order from the read's rows (ordered by part): the company, the
+    services as one fact, one fact per profile and per offer, the user, one per document, and
+    the count of documents."""
+    facts: list[Fact] = []
     services: list[str] = []
-    others: list[Fact] = []
     for row in rows:
         part, fields = row["part"], row["fields"]
+        if services and part != "service":  # the services end: one fact for them all
+            facts.append(Fact("Services", "; ".join(services)))
+            services = []
         if part == "profile":
             labels = ("Name", "Website", "Industry", "Headquarters", "Description")
             pairs = zip((*labels, "Value proposition"), fields, strict=True)
-            company.append(Fact("Company", _joined(*pairs)))
+            facts.append(Fact("Company", _joined(*pairs)))
         elif part == "service":
             name, description = fields
             services.append(f"{name}: {description}" if description else name)
         elif part == "profile_of_customer":
             name, description, criteria = fields
             body = _joined(("Description", description), ("Criteria", criteria))
-            others.append(Fact(f"Ideal customer profile: {name}", body))
+            facts.append(Fact(f"Ideal customer profile: {name}", body))
         elif part == "offer":
             name, description, price = fields
             body = _joined(("Description", description), ("Price", price))
-            others.append(Fact(f"Offer: {name}", body))
+            facts.append(Fact(f"Offer: {name}", body))
+        elif part == "user":
+            member = ("Name", "Title", "Role", "About")
+            facts.append(Fact("User", _joined(*zip(member, fields, strict=True))))
+        elif part == "document":
+            title, summary = fields
+            facts.append(Fact(f"Document: {title}", summary or ""))
+        elif part == "documents":
+            facts.append(Fact("Documents", f"The organization has {fields[0]} active document(s)."))
     if services:
-        company.append(Fact("Services", "; ".join(services)))
-    return company + others
+        facts.append(Fact("Services", "; ".join(services)))
+    return facts
 
 
 class DossierContextSource:
@@ -97,35 +109,17 @@ class DossierContextSource:
             return []
         options = DossierOptions.model_validate(spec.options)
         organization_id: UUID = request.subject.organization_id
-        facts = self.cache.get(organization_id)
-        generation = self.cache.generation(organization_id)
         user_id = request.subject.user_id if options.include_user else None
-        rows = await self.database.read(
-            READ,
-            organization_id,
-            facts is None,
-            user_id,
-            options.include_documents,
-            spec.limit,
-        )
+        key = (user_id, options.include_documents, spec.limit)
+        facts = self.cache.get(organization_id, key)
         if facts is None:
-            facts = _organization_part(rows)
-            self.cache.put(organization_id, facts, generation=generation)
-        items = [self._item(fact.title, fact.body) for fact in facts]
-        for row in rows:
-            part, fields = row["part"], row["fields"]
-            if part == "user":
-                labels = ("Name", "Title", "Role", "About")
-                items.append(self._item("User", _joined(*zip(labels, fields, strict=True))))
-            elif part == "document":
-                title, summary = fields
-                items.append(self._item(f"Document: {title}", summary or ""))
-            elif part == "documents":
-                count = fields[0]
-                items.append(
-                    self._item("Documents", f"The organization has {count} active document(s).")
-                )
-        return items
+            generation = self.cache.generation(organization_id)
+            rows = await self.database.read(
+                READ, organization_id, True, user_id, options.include_documents, spec.limit
+            )
+            facts = _facts(rows)
+            self.cache.put(organization_id, facts, generation=generation, key=key)
+        return [self._item(fact.title, fact.body) for fact in facts]
 
     def _item(self, title: str, body: str) -> ContextItem:
         return ContextItem(source=self.name, kind="dossier", title=title, body=body)

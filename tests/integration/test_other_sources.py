@@ -176,9 +176,61 @@ async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
         finally:
             await writer.close()
         async with asyncio.timeout(10):
-            while cache.get(org) is not None:  # noqa: ASYNC110 - the listener runs elsewhere
+            while cache.holds(org):  # noqa: ASYNC110 - the listener runs elsewhere
                 await asyncio.sleep(0.01)
         assert await offers() == ["Offer: Scale"]
+    finally:
+        await invalidator.stop()
+
+
+async def test_a_cached_dossier_is_each_users_own_and_sees_documents_and_members_change(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, database: Database
+) -> None:
+    """The whole dossier is cached (migration 00031 notifies document and member writes): the
+    user part is each asking user's own, and a new document or a changed member is seen by the
+    next read."""
+    org = await seed.organization(admin)
+    await seed_dossier(admin, org, documents=1)
+    dana, eli = seed.new_id(), seed.new_id()
+    for user, name in ((dana, "Dana"), (eli, "Eli")):
+        await seed.insert(
+            admin, "organization_members", organization_id=org, user_id=user, full_name=name
+        )
+    cache: TenantCache[list[Fact]] = TenantCache("dossier")
+    invalidator = CacheInvalidator({dossier.CHANNEL: cache}, database.url)
+    await invalidator.start()
+    source = DossierContextSource(tenant_db, cache)
+
+    async def bodies(user: uuid.UUID) -> list[str]:
+        request = subject_request(org, user_id=user)
+        items = await source.retrieve(request, spec("dossier", include_user=True))
+        return [i.body for i in items if i.title in ("User", "Documents")]
+
+    async def dropped() -> None:
+        async with asyncio.timeout(10):
+            while cache.holds(org):  # noqa: ASYNC110 - the listener runs elsewhere
+                await asyncio.sleep(0.01)
+
+    try:
+        assert await bodies(dana) == ["Name: Dana", "The organization has 1 active document(s)."]
+        assert await bodies(eli) == ["Name: Eli", "The organization has 1 active document(s)."]
+        assert await bodies(dana) == ["Name: Dana", "The organization has 1 active document(s)."]
+        assert (cache.hits, cache.misses) == (1, 2)
+        await seed.insert(
+            admin,
+            "organization_documents",
+            organization_id=org,
+            id=seed.new_id(),
+            title="New",
+            status="active",
+        )
+        await dropped()
+        assert await bodies(dana) == ["Name: Dana", "The organization has 2 active document(s)."]
+        await admin.execute(
+            "UPDATE organization_members SET title = 'CEO' WHERE user_id = $1", dana
+        )
+        await dropped()
+        assert (await bodies(dana))[0] == "Name: Dana. Title: CEO"
     finally:
         await invalidator.stop()
 
@@ -194,23 +246,23 @@ async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
     source = DossierContextSource(tenant_db, cache)
     try:
         await source.retrieve(subject_request(org), spec("dossier"))
-        assert cache.get(org) is not None
+        assert cache.holds(org)
         killed = await admin.fetchval(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
             "WHERE query LIKE 'LISTEN %contextcore_dossier%' AND pid <> pg_backend_pid()"
         )
         assert killed is True
         async with asyncio.timeout(10):  # the loss drops every entry (no write happened)
-            while cache.get(org) is not None:  # noqa: ASYNC110 - the callback runs elsewhere
+            while cache.holds(org):  # noqa: ASYNC110 - the callback runs elsewhere
                 await asyncio.sleep(0.01)
         async with asyncio.timeout(10):
             while not cache.listening:  # noqa: ASYNC110 - the reconnect task runs elsewhere
                 await asyncio.sleep(0.01)
         await source.retrieve(subject_request(org), spec("dossier"))
-        assert cache.get(org) is not None
+        assert cache.holds(org)
         await admin.execute("UPDATE offers SET name = 'After' WHERE organization_id = $1", org)
         async with asyncio.timeout(10):
-            while cache.get(org) is not None:  # noqa: ASYNC110 - the listener runs elsewhere
+            while cache.holds(org):  # noqa: ASYNC110 - the listener runs elsewhere
                 await asyncio.sleep(0.01)
     finally:
         await invalidator.stop()
@@ -290,7 +342,7 @@ async def test_cached_definitions_are_each_organizations_own_and_every_write_is_
 
     async def dropped(organization: uuid.UUID) -> None:
         async with asyncio.timeout(10):
-            while cache.get(organization, None) is not None:  # noqa: ASYNC110 - the listener
+            while cache.holds(organization):  # noqa: ASYNC110 - the listener
                 await asyncio.sleep(0.01)
 
     try:
@@ -303,7 +355,7 @@ async def test_cached_definitions_are_each_organizations_own_and_every_write_is_
         await admin.execute("UPDATE definitions SET name = 'Renamed' WHERE id = $1", mine)
         await dropped(org)
         assert await names(org) == ["Agent Renamed"]
-        assert cache.get(other, None) is not None  # another organization's write: kept
+        assert cache.holds(other)  # another organization's write: kept
         await definition(admin, None, "Platform")  # a platform row: every entry goes
         await dropped(other)
         assert await names(other) == ["Agent Theirs", "Agent Platform"]
