@@ -531,14 +531,14 @@ def measure(target: Target, orgs: list[Org], args: argparse.Namespace, workload:
         figures.values["sequential_p50"] = seq.percentile(0.5)
         figures.values["sequential_p99"] = seq.percentile(0.99)
 
-    def one(count: int, rate: float, label: str) -> Run:
+    def one(count: int, rate: float, label: str, *, record: bool = False) -> Run:
         with fresh_step(target, count, orgs, workload, rate) as step:
             cpu, before = cpu_seconds(), step.scrape(target.legacy)
             run = open_loop(step.client, step.topic, step.make, rate=rate, seconds=args.seconds)
             figures.add(run.line(label))
             used = cpu_per_request(cpu, cpu_seconds(), run.sent)
             figures.add(cpu_line(used))
-            if count == 1 and rate in args.rates:
+            if record:  # the fixed-rate steps: the figures the summary compares
                 for name, ms in used.items():
                     figures.values[f"cpu_{name}@{rate:g}"] = ms / 1000
                 scraped = "" if target.legacy else step.running[0].metrics()
@@ -562,7 +562,7 @@ def measure(target: Target, orgs: list[Org], args: argparse.Namespace, workload:
         return run
 
     for rate in args.rates:
-        run = one(1, rate, f"{rate:g} req/s, 1 process")
+        run = one(1, rate, f"{rate:g} req/s, 1 process", record=True)
         figures.values[f"p50@{rate:g}"] = run.percentile(0.5)
         figures.values[f"p99@{rate:g}"] = run.percentile(0.99)
     for count in args.processes:
