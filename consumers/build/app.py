@@ -25,6 +25,7 @@ from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
 from contextcore.builder import DefaultContextBuilder
+from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.settings import DatabaseSettings
@@ -68,11 +69,12 @@ def create_app(
                 build_metrics = BuildMetrics.create(metrics.registry)
                 tenants = TenantDatabase(pool, role=database.role)
                 metrics.registry.register(RoundTrips(tenants))
-                metrics.registry.register(CacheStatistics(caches.by_channel().values()))
+                vectors = QueryVectors(encoders)
+                metrics.registry.register(CacheStatistics([*caches.by_channel().values(), vectors]))
                 registry = process_registry(
                     tenants,
                     caches,
-                    encoders=encoders,
+                    vectors=vectors,
                     on_memory_drop=build_metrics.memory_drop_hook(),
                 )
                 build_metrics.start_at_zero(registry.names)

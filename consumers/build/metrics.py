@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, get_args
+from typing import Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -15,7 +15,6 @@ from consumers.runtime.metrics import STAGE_BUCKETS
 from contextcore.builder import ReadCause
 from contextcore.models import ContextBrief
 from contextcore.packer import NOT_ENABLED, OUTRANKED, OVER_BUDGET
-from contextcore.sources.cache import TenantCache
 from contextcore.storage.tenancy import TenantDatabase
 
 # Tokens of one brief: policies budget from a few hundred to a few thousand tokens.
@@ -38,11 +37,21 @@ class RoundTrips(Collector):
         )
 
 
+class CacheCounts(Protocol):
+    """What a cache tells /metrics: the per-organization source caches, the query vectors."""
+
+    name: str
+    hits: int
+    misses: int
+
+    def __len__(self) -> int: ...
+
+
 class CacheStatistics(Collector):
     """``contextcore_source_cache_requests_total{cache, outcome}`` (hit or miss) and
     ``contextcore_source_cache_entries{cache}``, read from the caches at each scrape."""
 
-    def __init__(self, caches: Iterable[TenantCache[Any]]) -> None:
+    def __init__(self, caches: Iterable[CacheCounts]) -> None:
         self.caches = list(caches)
 
     def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:

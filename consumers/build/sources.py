@@ -3,13 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from contextcore.errors import InfrastructureUnavailable
 from contextcore.knowledge.encoder import Encoder
-from contextcore.knowledge.search import KnowledgeContextSource
+from contextcore.knowledge.queries import QueryVectors
+from contextcore.knowledge.search import (
+    KNOWLEDGE_MODELS_CHANNEL,
+    KnowledgeContextSource,
+    LiveModels,
+)
 from contextcore.registry import ContextSourceRegistry
 from contextcore.sources import definition_summary, dossier
 from contextcore.sources.application import ApplicationContextSource
@@ -31,9 +36,16 @@ class SourceCaches:
     definitions: TenantCache[list[definition_summary.Row]] = field(
         default_factory=lambda: TenantCache("definition_summary")
     )
+    knowledge_models: TenantCache[LiveModels] = field(
+        default_factory=lambda: TenantCache("knowledge_models")
+    )
 
     def by_channel(self) -> dict[str, TenantCache[Any]]:
-        return {dossier.CHANNEL: self.dossier, definition_summary.CHANNEL: self.definitions}
+        return {
+            dossier.CHANNEL: self.dossier,
+            definition_summary.CHANNEL: self.definitions,
+            KNOWLEDGE_MODELS_CHANNEL: self.knowledge_models,
+        }
 
 
 async def _no_encoder(model: str) -> Encoder:
@@ -44,11 +56,11 @@ def process_registry(
     database: TenantDatabase | None = None,
     caches: SourceCaches | None = None,
     *,
-    encoders: Callable[[str], Awaitable[Encoder]] | None = None,
+    vectors: QueryVectors | None = None,
     on_memory_drop: Callable[[DropReason], None] | None = None,
 ) -> ContextSourceRegistry:
-    """The seven database sources; without a database (or, for knowledge, an encoder) they can
-    be admitted but not read."""
+    """The seven database sources; without a database (or, for knowledge, the query vectors of
+    an encoder) they can be admitted but not read."""
     database = database or TenantDatabase(None)
     caches = caches or SourceCaches()  # never listening without an invalidator: no caching
     return ContextSourceRegistry(
@@ -58,7 +70,11 @@ def process_registry(
             DossierContextSource(database, caches.dossier),
             DefinitionSummaryContextSource(database, caches.definitions),
             RunHistoryContextSource(database),
-            KnowledgeContextSource(database, encoders or _no_encoder),
+            KnowledgeContextSource(
+                database,
+                vectors if vectors is not None else QueryVectors(_no_encoder),
+                caches.knowledge_models,
+            ),
             MemoryContextSource(database, on_drop=on_memory_drop),
         ]
     )

@@ -27,8 +27,7 @@ title), no subject key (a chunk's subject is too broad to name).
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Literal
 from uuid import UUID
@@ -36,10 +35,10 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
-from contextcore.knowledge.encoder import Encoder
-from contextcore.knowledge.store import vector_text
+from contextcore.knowledge.queries import QueryVectors
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
-from contextcore.storage.tenancy import TenantConnection, TenantDatabase, TenantQuery
+from contextcore.sources.cache import TenantCache
+from contextcore.storage.tenancy import ScopedRead, TenantDatabase, TenantQuery
 
 DEFAULT_LIMIT = 8
 MAX_QUERY_CHARS = 2_000
@@ -89,12 +88,18 @@ class Hit:
     """The rank of the hit's document (of the hit itself when results are chunks), from 1."""
 
 
-LIVE_MODELS = TenantQuery(
+LIVE_MODELS = ScopedRead(
     "knowledge.live_models",
-    """
--- knowledge.live_models: the model each scope's searches embed with, read once per search.
-SELECT knowledge_active_model($1) AS organization, knowledge_active_model(NULL) AS platform
-""",
+    "-- knowledge.live_models: the model each scope's searches embed with (00032)\n"
+    "SELECT organization_model, platform_model FROM contextcore_read_knowledge_models($1)",
+)
+
+READ = ScopedRead(
+    "knowledge.read",
+    "-- knowledge.read: knowledge_search in the organization's scope, one statement (00032)\n"
+    "SELECT chunk_id, source_id, organization_id, title, section, ordinal, text, tokens,\n"
+    "       embedding_model, similarity, lexical, score, document_rank\n"
+    "FROM contextcore_read_knowledge($1, $2, $3::vector, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
 )
 
 SEARCH = TenantQuery(
@@ -118,7 +123,7 @@ class ModelMoved(Exception):
 
 @dataclass(frozen=True)
 class Scopes:
-    """Which scopes a search reads, and the live model of each (read once)."""
+    """Which scopes a search reads, and the live model of each."""
 
     organization: str | None
     """The organization's live model, or ``None`` when its documents are not searched."""
@@ -135,20 +140,33 @@ class Scopes:
         return calls
 
 
-async def live_scopes(
-    tenant: TenantConnection, *, include_platform: bool, include_organization: bool
-) -> Scopes:
-    row = await tenant.fetchrow(LIVE_MODELS)
-    assert row is not None
-    return Scopes(
-        row["organization"] if include_organization else None,
-        row["platform"] if include_platform else None,
-    )
+LiveModels = tuple[str | None, str | None]
+"""The organization's live model and the platform's (what the models cache keeps)."""
+
+KNOWLEDGE_MODELS_CHANNEL = "contextcore_knowledge_models"
+"""Where a write to ``knowledge_settings`` is told: the organization's id, or empty for the
+platform's row (migration 00032)."""
+
+
+async def live_models(
+    database: TenantDatabase, organization_id: UUID, cache: TenantCache[LiveModels] | None = None
+) -> LiveModels:
+    """Both scopes' live models: from ``cache`` (invalidated by every write to
+    ``knowledge_settings``, migration 00032), else one statement."""
+    found = None if cache is None else cache.get(organization_id)
+    if found is None:
+        generation = None if cache is None else cache.generation(organization_id)
+        [row] = await database.read(LIVE_MODELS, organization_id)
+        found = (row["organization_model"], row["platform_model"])
+        if cache is not None and generation is not None:
+            cache.put(organization_id, found, generation=generation)
+    return found
 
 
 async def search(
-    tenant: TenantConnection,
-    encoders: Callable[[str], Awaitable[Encoder]],
+    database: TenantDatabase,
+    organization_id: UUID,
+    vectors: QueryVectors,
     query: str,
     *,
     include_platform: bool,
@@ -156,72 +174,57 @@ async def search(
     limit: int,
     per_document: int | None = 1,
     tuning: SearchTuning = SearchTuning(),
+    models: TenantCache[LiveModels] | None = None,
 ) -> list[Hit]:
     """The best ``limit`` documents for ``query`` (their ``per_document`` best chunks each; with
-    ``per_document=None``, the best ``limit`` chunks) in the scope of ``tenant``.
+    ``per_document=None``, the best ``limit`` chunks) in ``organization_id``'s scope.
 
-    ``encoders`` gives this process's encoder of a model.
+    No connection is held while the query is embedded: the live models are one statement (or
+    the ``models`` cache), the embedding is ``vectors``' (coalesced, cached), and each model's
+    search is one statement.
 
     Raises:
-        ModelUnavailable: a scope's live model is one ``encoders`` does not know.
+        ModelUnavailable: a scope's live model is one ``vectors`` cannot encode with.
         ModelMoved: a live model flipped after it was read (``knowledge_search`` refused the
-            query's); the transaction is spent, search again in a new one.
+            query's); the cached models are dropped, search again.
     """
     text = query[:MAX_QUERY_CHARS]
-    scopes = await live_scopes(
-        tenant, include_platform=include_platform, include_organization=include_organization
+    organization, platform = await live_models(database, organization_id, models)
+    scopes = Scopes(
+        organization if include_organization else None, platform if include_platform else None
     )
     rankings = []
-    for model, (platform, own) in scopes.by_model().items():
-        encoder = await _encoder(encoders, model)
+    for model, (with_platform, own) in scopes.by_model().items():
         try:
-            rankings.append(
-                await _search_under(
-                    tenant, encoder, text, platform, own, limit, per_document, tuning
-                )
+            vector = await vectors.vector(organization_id, model, text)
+        except KeyError:
+            raise ModelUnavailable(
+                f"the live embedding model {model!r} is not one this process knows"
+            ) from None
+        try:
+            rows = await database.read(
+                READ,
+                organization_id,
+                model,
+                vector,
+                text,
+                with_platform,
+                own,
+                limit,
+                per_document,
+                tuning.candidates,
+                tuning.lexical_weight,
+                tuning.later_chunk_penalty,
+                tuning.ef_search,
             )
         except asyncpg.PostgresError as error:
             if error.sqlstate == MODEL_MOVED:
+                if models is not None:
+                    models.invalidate(organization_id)
                 raise ModelMoved(str(error)) from error
             raise
+        rankings.append([Hit(**dict(row)) for row in rows])
     return merge(rankings, limit)
-
-
-async def _encoder(encoders: Callable[[str], Awaitable[Encoder]], model: str) -> Encoder:
-    try:
-        return await encoders(model)
-    except KeyError:
-        raise ModelUnavailable(
-            f"the live embedding model {model!r} is not one this process knows"
-        ) from None
-
-
-async def _search_under(
-    tenant: TenantConnection,
-    encoder: Encoder,
-    text: str,
-    include_platform: bool,
-    include_organization: bool,
-    limit: int,
-    per_document: int | None,
-    tuning: SearchTuning,
-) -> list[Hit]:
-    [vector] = await asyncio.to_thread(encoder.encode, [text])
-    rows = await tenant.fetch(
-        SEARCH,
-        encoder.model,
-        vector_text(vector),
-        text,
-        include_platform,
-        include_organization,
-        limit,
-        per_document,
-        tuning.candidates,
-        tuning.lexical_weight,
-        tuning.later_chunk_penalty,
-        tuning.ef_search,
-    )
-    return [Hit(**dict(row)) for row in rows]
 
 
 def merge(rankings: Sequence[Sequence[Hit]], limit: int) -> list[Hit]:
@@ -257,13 +260,16 @@ class KnowledgeContextSource:
     def __init__(
         self,
         database: TenantDatabase,
-        encoders: Callable[[str], Awaitable[Encoder]],
+        vectors: QueryVectors,
+        models: TenantCache[LiveModels] | None = None,
         tuning: SearchTuning = SearchTuning(),
     ) -> None:
-        """``encoders`` gives the process's shared encoder of a model (loaded on first use)
-        and raises ``KeyError`` for a model the process does not know."""
+        """``vectors`` embeds the query with the process's shared encoder of a model (loaded
+        on first use); ``models`` caches each organization's live models (``None``: read them
+        every time)."""
         self.database = database
-        self.encoders = encoders
+        self.vectors = vectors
+        self.models = models
         self.tuning = tuning
 
     async def retrieve(self, request: ContextRequest, spec: ContextSourceSpec) -> list[ContextItem]:
@@ -275,19 +281,20 @@ class KnowledgeContextSource:
             return []
         for attempt in (1, 2):
             try:
-                async with self.database.scoped(request.subject.organization_id) as tenant:
-                    hits = await search(
-                        tenant,
-                        self.encoders,
-                        request.query,
-                        include_platform=options.include_platform,
-                        include_organization=options.include_organization,
-                        limit=limit,
-                        per_document=(
-                            options.chunks_per_document if options.results == "documents" else None
-                        ),
-                        tuning=self.tuning,
-                    )
+                hits = await search(
+                    self.database,
+                    request.subject.organization_id,
+                    self.vectors,
+                    request.query,
+                    include_platform=options.include_platform,
+                    include_organization=options.include_organization,
+                    limit=limit,
+                    per_document=(
+                        options.chunks_per_document if options.results == "documents" else None
+                    ),
+                    tuning=self.tuning,
+                    models=self.models,
+                )
                 break
             except ModelMoved:
                 if attempt == 2:

@@ -14,6 +14,7 @@ import pytest
 from broker.topics import ensure_topics, upload_topics
 from contextcore.knowledge import admin as admin_steps
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.knowledge.settings import Encoders, ExtraModel
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
@@ -351,7 +352,7 @@ async def test_an_organization_on_its_own_model_finds_its_own_and_the_platforms_
     await upload_all(
         running, (None, "docs://guide", PLATFORM_GUIDE), (ORG_A, "docs://handbook", HANDBOOK)
     )
-    source = KnowledgeContextSource(tenant_db, Encoders(running.knowledge))
+    source = KnowledgeContextSource(tenant_db, QueryVectors(Encoders(running.knowledge)))
     both = spec(include_organization=True, include_platform=True)
 
     async def models_of(query: str) -> list[tuple[str, str]]:

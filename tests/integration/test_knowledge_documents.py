@@ -11,6 +11,7 @@ import pytest
 
 from contextcore.knowledge import store
 from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
+from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from producers.documents import DocumentsClient
@@ -69,7 +70,7 @@ async def test_a_deleted_document_leaves_search_at_once_and_may_be_uploaded_agai
     after = (listed[0].uploaded_at, listed[0].id)
     assert [d.title for d in await documents.documents(ORG_A, after=after)] == ["Handbook"]
 
-    source = KnowledgeContextSource(tenant_db, only_encoder(encoder))
+    source = KnowledgeContextSource(tenant_db, QueryVectors(only_encoder(encoder)))
     refund = knowledge_request(ORG_A, "can I get my money back after cancelling?")
     own = spec(include_organization=True)
     assert "full refund" in (await source.retrieve(refund, own))[0].body

@@ -15,6 +15,7 @@ import pytest
 
 from broker.topics import upload_topics
 from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from contextcore.storage.tenancy import TenantDatabase
@@ -128,7 +129,7 @@ async def test_an_upload_becomes_ready_and_the_knowledge_source_finds_it(
     assert {r["correlation_id"] for r in replies} == {"c-1"}
     ready = replies[1]
     assert ready["chunks"] == 3  # one per section: each fits the window
-    source = KnowledgeContextSource(tenant_db, only_encoder(encoder))
+    source = KnowledgeContextSource(tenant_db, QueryVectors(only_encoder(encoder)))
     items = await source.retrieve(
         knowledge_request(ORG_A, "can I get my money back after cancelling?"),
         spec(include_organization=True),

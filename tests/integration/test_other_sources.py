@@ -12,6 +12,8 @@ import asyncpg
 import pytest
 
 from consumers.build.sources import process_registry
+from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels, live_models
 from contextcore.models import (
     ContextPolicy,
     ContextRequest,
@@ -359,6 +361,39 @@ async def test_cached_definitions_are_each_organizations_own_and_every_write_is_
         await definition(admin, None, "Platform")  # a platform row: every entry goes
         await dropped(other)
         assert await names(other) == ["Agent Theirs", "Agent Platform"]
+    finally:
+        await invalidator.stop()
+
+
+async def test_cached_live_models_are_dropped_by_every_knowledge_settings_write(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase, database: Database
+) -> None:
+    """The knowledge source's cache of live models (migration 00032): an organization's
+    settings write drops its entry, the platform's row every entry, in every process."""
+    org, other = await seed.organization(admin), await seed.organization(admin)
+    cache: TenantCache[LiveModels] = TenantCache("knowledge_models")
+    invalidator = CacheInvalidator({KNOWLEDGE_MODELS_CHANNEL: cache}, database.url)
+    await invalidator.start()
+
+    async def dropped(organization: uuid.UUID) -> None:
+        async with asyncio.timeout(10):
+            while cache.holds(organization):  # noqa: ASYNC110 - the listener runs elsewhere
+                await asyncio.sleep(0.01)
+
+    try:
+        assert await live_models(tenant_db, org, cache) == (DEFAULT_MODEL, DEFAULT_MODEL)
+        assert await live_models(tenant_db, other, cache) == (DEFAULT_MODEL, DEFAULT_MODEL)
+        assert cache.holds(org)
+        assert cache.holds(other)
+        await seed.insert(
+            admin, "knowledge_settings", organization_id=org, active_embedding_model=DEFAULT_MODEL
+        )
+        await dropped(org)
+        assert cache.holds(other)
+        await admin.execute(
+            "UPDATE knowledge_settings SET updated_at = now() WHERE organization_id IS NULL"
+        )
+        await dropped(other)
     finally:
         await invalidator.stop()
 
