@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 
@@ -349,17 +350,16 @@ class Knowledge:
 
     org: Org
     questions: list[str]
+    vectors: Any  # numpy float32 rows, one per chunk
 
 
-def seed_knowledge(seeded: Seeded, chunks: int) -> Knowledge:
-    """``chunks`` chunks (real-derived vectors, as ``bench.search``) and their HNSW index for
-    the first seeded organization, and twenty memories of one agent; FAQ questions to ask."""
+def knowledge_for(seeded: Seeded, chunks: int) -> Knowledge:
+    """``chunks`` real-derived vectors (as ``bench.search``) for the first seeded organization,
+    and FAQ questions to ask."""
     import numpy as np
 
     from bench.corpora import tuning
     from bench.search import base_vectors
-    from bench.search import seed as seed_chunks
-    from contextcore.knowledge import indexes
     from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
     from contextcore.knowledge.settings import KnowledgeSettings
 
@@ -373,20 +373,24 @@ def seed_knowledge(seeded: Seeded, chunks: int) -> Knowledge:
     rows = base[rng.integers(0, len(base), chunks)]
     rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
     rows /= np.linalg.norm(rows, axis=1, keepdims=True)
-    org = seeded.orgs[0]
+    return Knowledge(seeded.orgs[0], [q.text for q in tuning().questions], rows)
 
-    async def store() -> None:
-        admin = await asyncpg.connect(seeded.admin_url)
-        try:
-            await seed_chunks(admin, org.id, rows, new_organization=False)
-            await admin.execute(indexes.create_sql(org.id, DEFAULT_MODEL, 384))
-            await admin.execute("ANALYZE knowledge_chunks")
-        finally:
-            await admin.close()
-        await remember_facts(seeded.url, org)
 
-    asyncio.run(store())
-    return Knowledge(org, [q.text for q in tuning().questions])
+async def store_knowledge(admin_url: str, runtime_url: str, knowledge: Knowledge) -> None:
+    """The tenant's chunks, their HNSW index and twenty memories of one agent, in one
+    database (ours, or the baseline's)."""
+    from bench.search import seed as seed_chunks
+    from contextcore.knowledge import indexes
+    from contextcore.knowledge.encoder import DEFAULT_MODEL
+
+    admin = await asyncpg.connect(admin_url)
+    try:
+        await seed_chunks(admin, knowledge.org.id, knowledge.vectors, new_organization=False)
+        await admin.execute(indexes.create_sql(knowledge.org.id, DEFAULT_MODEL, 384))
+        await admin.execute("ANALYZE knowledge_chunks")
+    finally:
+        await admin.close()
+    await remember_facts(runtime_url, knowledge.org)
 
 
 async def remember_facts(url: str, org: Org) -> None:
@@ -603,6 +607,8 @@ async def baseline_database(code_dir: Path, seeded: Seeded, name: str) -> str:
         await seed(conn, seeded.orgs)
     finally:
         await conn.close()
+    if KNOWLEDGE:
+        await store_knowledge(admin_url, admin_url, KNOWLEDGE[0])
     return admin_url  # the baseline knew one credential: it served as the table owner
 
 
@@ -693,7 +699,8 @@ def main() -> None:
     seeded = asyncio.run(prepare("bench_e2e", args.organizations))
     BOOTSTRAP.append(seeded.stack.bootstrap_servers)
     if "full" in args.workloads:
-        KNOWLEDGE.append(seed_knowledge(seeded, args.chunks))
+        KNOWLEDGE.append(knowledge_for(seeded, args.chunks))
+        asyncio.run(store_knowledge(seeded.admin_url, seeded.url, KNOWLEDGE[0]))
         print(f"seeded {args.chunks:,} chunks, their index and 20 memories for one organization")
     os.environ["CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS"] = str(args.fetch_wait_ms)
     if args.in_flight is not None:
