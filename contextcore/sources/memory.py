@@ -31,32 +31,19 @@ from contextcore.memory.models import MemorySubjectRef, names_the_scope_owner, p
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.application import PROJECTIONS, READ
 from contextcore.sources.common import NoOptions, parse_uuid
-from contextcore.storage.tenancy import TenantConnection, TenantDatabase, TenantQuery
+from contextcore.storage.tenancy import ScopedRead, TenantConnection, TenantDatabase
 
 log = logging.getLogger("contextcore.sources.memory")
 
 DEFAULT_LIMIT = 20
 
-_LIVE = """
-SELECT id, scope, subject_key, text, subject_refs, created_at
-FROM live_memories
-WHERE organization_id = $1
-  AND (scope = 'organization' OR (scope = 'user' AND user_id = $2)){definition}
-ORDER BY created_at DESC, id DESC
-LIMIT $3
-"""
-# Two statements, not one with "$4 IS NULL OR definition_id = $4": a prepared statement turns
-# generic after five runs, and a generic plan could not choose the definition's index.
-LIVE_OF_DEFINITION = TenantQuery(
-    "memory.live_of_definition",
-    "-- memory.live_of_definition: the live memories of one definition, newest first; $2 the"
-    " user (null: a trigger, which reads organization scope only)"
-    + _LIVE.format(definition="\n  AND definition_id = $4"),
-)
-LIVE_OF_ORGANIZATION = TenantQuery(
-    "memory.live_of_organization",
-    "-- memory.live_of_organization: a subject with no definition (a front-door turn) reads"
-    " every definition's live memories, newest first; $2 as above" + _LIVE.format(definition=""),
+LIVE = ScopedRead(
+    "memory.live",
+    "-- memory.live: the live memories of the subject's definition (null: every definition, a\n"
+    "-- front-door turn), newest first; $2 the user (null: a trigger reads organization scope\n"
+    "-- only); $3 caps them (00033)\n"
+    "SELECT id, scope, subject_key, text, subject_refs, created_at\n"
+    "FROM contextcore_read_memories($1, $2, $3, $4)",
 )
 
 DropReason = str
@@ -89,35 +76,32 @@ class MemoryContextSource:
         if limit == 0:
             return []
         subject = request.subject
-        async with self.database.scoped(subject.organization_id) as tenant:
-            if subject.definition_id is None:
-                records = await tenant.fetch(LIVE_OF_ORGANIZATION, subject.user_id, limit)
-            else:
-                records = await tenant.fetch(
-                    LIVE_OF_DEFINITION, subject.user_id, limit, subject.definition_id
-                )
-            rows: list[_Row] = []
-            for record in records:
-                ref, malformed = stored_subject(  # a user memory's user is the asking user
-                    record["subject_refs"],
+        records = await self.database.read(
+            LIVE, subject.organization_id, subject.user_id, limit, subject.definition_id
+        )
+        rows: list[_Row] = []
+        for record in records:
+            ref, malformed = stored_subject(  # a user memory's user is the asking user
+                record["subject_refs"],
+                record["scope"],
+                subject.organization_id,
+                subject.user_id,
+            )
+            if malformed:
+                self._drop("malformed_ref", record["id"])
+                continue
+            rows.append(
+                _Row(
+                    record["id"],
                     record["scope"],
-                    subject.organization_id,
-                    subject.user_id,
+                    record["subject_key"],
+                    record["text"],
+                    ref,
+                    record["created_at"],
                 )
-                if malformed:
-                    self._drop("malformed_ref", record["id"])
-                    continue
-                rows.append(
-                    _Row(
-                        record["id"],
-                        record["scope"],
-                        record["subject_key"],
-                        record["text"],
-                        ref,
-                        record["created_at"],
-                    )
-                )
-            resolved = await resolve(tenant, [row.ref for row in rows if row.ref is not None])
+            )
+        refs = [row.ref for row in rows if row.ref is not None]
+        resolved = await resolve_refs(self.database, subject.organization_id, refs)
         items: list[ContextItem] = []
         for row in rows:
             if (reason := drop_reason(row.ref, resolved)) is not None:
@@ -164,17 +148,37 @@ def stored_subject(
     return ref, False
 
 
-async def resolve(tenant: TenantConnection, refs: list[MemorySubjectRef]) -> set[tuple[str, UUID]]:
-    """The ``(kind, id)`` of ``refs`` that name a row of this organization: one statement for
-    every kind the application source resolves, never one per memory."""
+def _wanted(refs: list[MemorySubjectRef]) -> list[list[UUID]] | None:
+    """The ids to resolve, one array per kind the application source resolves (``None``:
+    nothing to resolve)."""
     wanted: dict[str, set[UUID]] = {}
     for ref in refs:
         if ref.kind in PROJECTIONS and (row_id := parse_uuid(ref.id)) is not None:
             wanted.setdefault(ref.kind, set()).add(row_id)
     if not wanted:
+        return None
+    return [sorted(wanted.get(kind, ())) for kind in PROJECTIONS]
+
+
+async def resolve(tenant: TenantConnection, refs: list[MemorySubjectRef]) -> set[tuple[str, UUID]]:
+    """The ``(kind, id)`` of ``refs`` that name a row of this organization: one statement for
+    every kind the application source resolves, never one per memory (inside a scope's
+    transaction: ``contextcore-memory health``)."""
+    arrays = _wanted(refs)
+    if arrays is None:
         return set()
-    arrays = [sorted(wanted.get(kind, ())) for kind in PROJECTIONS]
     return {(found["kind"], found["id"]) for found in await tenant.read(READ, *arrays)}
+
+
+async def resolve_refs(
+    database: TenantDatabase, organization_id: UUID, refs: list[MemorySubjectRef]
+) -> set[tuple[str, UUID]]:
+    """:func:`resolve` as one scoped read of its own (the build path)."""
+    arrays = _wanted(refs)
+    if arrays is None:
+        return set()
+    rows = await database.read(READ, organization_id, *arrays)
+    return {(found["kind"], found["id"]) for found in rows}
 
 
 def drop_reason(ref: MemorySubjectRef | None, resolved: set[tuple[str, UUID]]) -> DropReason | None:

@@ -211,6 +211,8 @@ async def test_the_tenant_guard_drops_what_does_not_resolve_in_one_statement(
     assert sorted(reads.drops) == ["unknown_kind"] + ["unresolved_ref"] * 4
     assert len(reads.of("application.read:")) == 1  # every kind in one statement
     assert len(reads.of("memory.")) == 1
+    # each its own statement, which enters its scope itself: no transaction around them
+    assert not [q for q in reads.queries if q.startswith(("BEGIN", "COMMIT"))]
     acme_item = next(i for i in items if i.body == "Acme buys through a portal")
     assert acme_item.body_refs == [ResourceRef(kind="crm.company", id=str(acme))]
 
