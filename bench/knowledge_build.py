@@ -5,8 +5,11 @@
 One organization with ``--chunks`` chunks (real-derived vectors, as ``bench.search``) and its
 partial HNSW index; a build consumer in its own process (the query encoder it loads is the light
 OpenVINO one); builds with the knowledge source alone (both scopes, limit 8, 1,500 tokens), one
-at a time, each with a real FAQ question. Printed: the round trip p50/p99 (publish to reply,
-the query's encode included) and the build consumer's peak RSS (VmHWM; target < 300 MB).
+at a time, each with a real FAQ question, each followed by the same request with no source (the
+transport). Then, in this process, the light query encoder's encode and the project's
+``search()`` for the same questions. Printed: the round trip p50/p99 (publish to reply, the
+query's encode included), the transport's p50, the encode's and ``search()``'s p50, what the
+build path adds beyond both, and the build consumer's peak RSS (VmHWM; target < 300 MB).
 """
 
 from __future__ import annotations
@@ -29,9 +32,13 @@ from bench.seeded import drop, prepare
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics, ensure_topics
 from contextcore.knowledge import indexes
-from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder, SentenceTransformerEncoder
+from contextcore.knowledge.queries import QueryVectors
+from contextcore.knowledge.search import search
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.storage.pool import create_pool
+from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.client import ContextClient
 
@@ -48,6 +55,46 @@ POLICY = ContextPolicy(
 )
 
 
+EMPTY = ContextPolicy(total_token_budget=100, sources=[])
+
+
+async def alone(
+    url: str, organization: uuid.UUID, questions: list[str], count: int
+) -> tuple[float, float]:
+    """p50 of the light query encoder's encode, and of the project's ``search()`` (encode
+    included, no cache), for the questions the builds asked, in this process."""
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    encoder = await asyncio.to_thread(settings.load_query_encoder, DEFAULT_MODEL)
+
+    async def encoders(model: str) -> Encoder:
+        return encoder
+
+    encodes, searches = [], []
+    for i in range(count):
+        started = time.perf_counter()
+        encoder.encode([questions[i % len(questions)]])
+        encodes.append((time.perf_counter() - started) * 1000)
+    pool = await create_pool(url, max_size=2, session_role=SERVICE_ROLE)
+    try:
+        database = TenantDatabase(pool)
+        vectors = QueryVectors(encoders, max_entries=0)
+        for i in range(count):
+            started = time.perf_counter()
+            await search(
+                database,
+                organization,
+                vectors,
+                questions[i % len(questions)],
+                include_platform=True,
+                include_organization=True,
+                limit=8,
+            )
+            searches.append((time.perf_counter() - started) * 1000)
+    finally:
+        await pool.close()
+    return float(np.percentile(encodes[10:], 50)), float(np.percentile(searches[10:], 50))
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.knowledge_build", description=__doc__)
     parser.add_argument("--chunks", type=int, default=5_000)
@@ -58,7 +105,10 @@ async def main() -> None:
         DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
     )
     base = base_vectors(encoder)
-    questions = [q.text for q in tuning().questions]
+    questions = list(dict.fromkeys(q.text for q in tuning().questions))
+    if args.builds > len(questions):  # a repeated question would be a cached query vector
+        print(f"{len(questions)} distinct questions: {len(questions)} builds, not {args.builds}")
+        args.builds = len(questions)
     del encoder
     name = "bench_knowledge_build"
     seeded = await prepare(name, 0)
@@ -96,36 +146,53 @@ async def main() -> None:
     kafka = KafkaSettings.model_construct(
         bootstrap_servers=bootstrap, fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS
     )
-    latencies = []
+    latencies: list[float] = []
+    transport: list[float] = []
     items = 0
+
+    def ask(i: int) -> ContextRequest:
+        return ContextRequest(
+            subject=ContextSubject(
+                organization_id=organization, user_id=None, definition_id=None, trigger_id=None
+            ),
+            query=questions[i % len(questions)],
+            entities=(),
+        )
+
     try:
         async with ContextClient.from_settings(kafka, topics) as client:
-            for i in range(args.builds):
-                request = ContextRequest(
-                    subject=ContextSubject(
-                        organization_id=organization,
-                        user_id=None,
-                        definition_id=None,
-                        trigger_id=None,
-                    ),
-                    query=questions[i % len(questions)],
-                    entities=(),
-                )
+            for i in range(args.builds):  # each question once: no query vector cached
                 started = time.perf_counter()
-                brief = await client.build(request, POLICY, timeout=30)
+                brief = await client.build(ask(i), POLICY, timeout=30)
                 latencies.append((time.perf_counter() - started) * 1000)
                 items += len(brief.items)
+                started = time.perf_counter()  # the same hop with no source: the transport
+                await client.build(ask(i), EMPTY, timeout=30)
+                transport.append((time.perf_counter() - started) * 1000)
         rss = peak_rss_mb(consumer.pid)
     finally:
         consumer.send_signal(signal.SIGTERM)
         _, err = consumer.communicate(timeout=60)
+    try:
+        encode_ms, search_ms = await alone(seeded.url, organization, questions, args.builds)
+    finally:
         await drop(seeded.stack, name)
     light = b"light OpenVINO query encoder cannot load" not in err
-    warm = latencies[10:]
+    warm, hop = latencies[10:], transport[10:]
+    built, carried = float(np.percentile(warm, 50)), float(np.percentile(hop, 50))
     print(
-        f"{args.builds} knowledge builds over {args.chunks:,} chunks: p50 "
-        f"{np.percentile(warm, 50):.1f} ms  p99 {np.percentile(warm, 99):.1f} ms"
-        f" (after 10 warm-up), {items / args.builds:.1f} chunks per brief"
+        f"{args.builds} knowledge builds over {args.chunks:,} chunks: p50 {built:.1f} ms  p99 "
+        f"{np.percentile(warm, 99):.1f} ms (after 10 warm-up), "
+        f"{items / args.builds:.1f} chunks per brief"
+    )
+    print(f"the same consumer with no source (the transport): p50 {carried:.1f} ms")
+    print(
+        f"in process, the same questions: the query's encode p50 {encode_ms:.1f} ms; search() "
+        f"alone (encode included) p50 {search_ms:.1f} ms"
+    )
+    print(
+        f"a knowledge build over search() alone: {built - search_ms:+.1f} ms, of which the "
+        f"transport {carried:.1f} ms: the build path adds {built - search_ms - carried:+.1f} ms"
     )
     print(
         f"build consumer peak RSS {rss:.0f} MB (target < 300 MB); query encoder: "
