@@ -197,6 +197,13 @@ async def test_source_failures_reach_the_reply_through_kafka(
     # every read is timed, a timed-out one too
     assert 'contextcore_source_read_seconds_count{source="dossier"} 2.0' in body
     assert 'contextcore_source_read_seconds_count{source="run_history"} 1.0' in body
+    # the caches' hits and misses (both dossier reads missed, and stored nothing) and the
+    # database round trips are in /metrics
+    cache = 'contextcore_source_cache_requests_total{cache="%s",outcome="%s"} %s'
+    assert cache % ("dossier", "miss", "2.0") in body
+    assert cache % ("definition_summary", "hit", "0.0") in body
+    assert 'contextcore_source_cache_entries{cache="query_vectors"} 0.0' in body
+    assert "\ncontextcore_database_round_trips_total " in body
 
 
 async def test_sources_read_the_replica_when_one_is_configured(
