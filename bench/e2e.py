@@ -662,6 +662,9 @@ def against_transport(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit")
+    parser.add_argument(
+        "--baseline-last", action="store_true", help="measure the baseline after this code"
+    )
     parser.add_argument("--organizations", type=int, default=20)
     parser.add_argument("--chunks", type=int, default=10_000, help="the full workload's tenant")
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -715,7 +718,11 @@ def main() -> None:
         code = args.baseline.resolve()
         settings = code / "consumers" / "build" / "settings.py"
         legacy = not settings.exists() or "CONTEXTCORE_BUILD_" not in settings.read_text()
-        targets.insert(0, Target(f"baseline {args.baseline}", code, url, legacy))
+        baseline = Target(f"baseline {args.baseline}", code, url, legacy)
+        if args.baseline_last:  # the later target meets a broker that has carried more
+            targets.append(baseline)
+        else:
+            targets.insert(0, baseline)
     results: list[Figures] = []
     try:
         for target in targets:
@@ -727,7 +734,8 @@ def main() -> None:
         if args.baseline is not None:
             asyncio.run(drop(seeded.stack, "bench_e2e_baseline"))
     if len(results) == 2:
-        base, new = results[0].values, results[1].values
+        before, after = (results[1], results[0]) if args.baseline_last else results
+        base, new = before.values, after.values
         print("== this code against the baseline, same run")
         for key in sorted(new):
             if base.get(key):
