@@ -1,5 +1,9 @@
 """The tenancy layer: the one door through which every organization-scoped read and write goes.
 
+``TenantDatabase.read(query, organization_id, ...)`` is one statement outside any transaction: a
+``contextcore_read_*`` function (migration 00029) that enters the organization's scope for that
+statement alone, then reads; it needs a pool whose sessions are the service role.
+
 ``TenantDatabase.scoped(organization_id)`` (read-only) and ``TenantDatabase.writing(scope)``
 (read-write) each open one transaction that
 
@@ -227,6 +231,12 @@ class TenantDatabase:
             ) from error
         except asyncpg.PostgresError:
             raise  # the statement failed; the connection is idle and clean
+        except asyncpg.InterfaceError as error:
+            lost = conn.is_closed()
+            conn.terminate()
+            if lost:  # the server went away mid-statement: try again when it is back
+                raise _unavailable(error) from error
+            raise
         except BaseException:
             conn.terminate()  # cancelled or broken mid-statement: never reused
             raise
