@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -33,6 +32,7 @@ from contextcore.storage.tenancy import TenantDatabase
 from contextcore.tokens import estimate_tokens
 from tests.integration import seed
 from tests.integration.conftest import Database
+from tests.integration.helpers import until
 
 pytestmark = pytest.mark.integration
 NOW = datetime.now(UTC)
@@ -54,6 +54,11 @@ def subject_request(org: uuid.UUID, **fields: Any) -> ContextRequest:
 
 
 # ---------------------------------------------------------------------------------- dossier
+
+
+async def dropped(cache: TenantCache[Any], organization: uuid.UUID) -> None:
+    """Until the cache holds nothing of ``organization``: the listener drops it elsewhere."""
+    await until(lambda: not cache.holds(organization), timeout=10, every=0.01)
 
 
 async def seed_dossier(admin: asyncpg.Connection, org: uuid.UUID, documents: int = 3) -> None:
@@ -177,9 +182,7 @@ async def test_dossier_cache_is_invalidated_by_a_write_from_another_connection(
             await writer.execute("UPDATE offers SET name = 'Scale' WHERE organization_id = $1", org)
         finally:
             await writer.close()
-        async with asyncio.timeout(10):
-            while cache.holds(org):  # noqa: ASYNC110 - the listener runs elsewhere
-                await asyncio.sleep(0.01)
+        await dropped(cache, org)
         assert await offers() == ["Offer: Scale"]
     finally:
         await invalidator.stop()
@@ -208,11 +211,6 @@ async def test_a_cached_dossier_is_each_users_own_and_sees_documents_and_members
         items = await source.retrieve(request, spec("dossier", include_user=True))
         return [i.body for i in items if i.title in ("User", "Documents")]
 
-    async def dropped() -> None:
-        async with asyncio.timeout(10):
-            while cache.holds(org):  # noqa: ASYNC110 - the listener runs elsewhere
-                await asyncio.sleep(0.01)
-
     try:
         assert await bodies(dana) == ["Name: Dana", "The organization has 1 active document(s)."]
         assert await bodies(eli) == ["Name: Eli", "The organization has 1 active document(s)."]
@@ -226,12 +224,12 @@ async def test_a_cached_dossier_is_each_users_own_and_sees_documents_and_members
             title="New",
             status="active",
         )
-        await dropped()
+        await dropped(cache, org)
         assert await bodies(dana) == ["Name: Dana", "The organization has 2 active document(s)."]
         await admin.execute(
             "UPDATE organization_members SET title = 'CEO' WHERE user_id = $1", dana
         )
-        await dropped()
+        await dropped(cache, org)
         assert (await bodies(dana))[0] == "Name: Dana. Title: CEO"
     finally:
         await invalidator.stop()
@@ -254,18 +252,12 @@ async def test_a_lost_listener_turns_caching_off_until_it_reconnects(
             "WHERE query LIKE 'LISTEN %contextcore_dossier%' AND pid <> pg_backend_pid()"
         )
         assert killed is True
-        async with asyncio.timeout(10):  # the loss drops every entry (no write happened)
-            while cache.holds(org):  # noqa: ASYNC110 - the callback runs elsewhere
-                await asyncio.sleep(0.01)
-        async with asyncio.timeout(10):
-            while not cache.listening:  # noqa: ASYNC110 - the reconnect task runs elsewhere
-                await asyncio.sleep(0.01)
+        await dropped(cache, org)  # the loss drops every entry (no write happened)
+        await until(lambda: cache.listening, timeout=10, every=0.01)  # reconnected
         await source.retrieve(subject_request(org), spec("dossier"))
         assert cache.holds(org)
         await admin.execute("UPDATE offers SET name = 'After' WHERE organization_id = $1", org)
-        async with asyncio.timeout(10):
-            while cache.holds(org):  # noqa: ASYNC110 - the listener runs elsewhere
-                await asyncio.sleep(0.01)
+        await dropped(cache, org)
     finally:
         await invalidator.stop()
 
@@ -342,11 +334,6 @@ async def test_cached_definitions_are_each_organizations_own_and_every_write_is_
         items = await source.retrieve(subject_request(organization), spec("definition_summary"))
         return [i.title for i in items]
 
-    async def dropped(organization: uuid.UUID) -> None:
-        async with asyncio.timeout(10):
-            while cache.holds(organization):  # noqa: ASYNC110 - the listener
-                await asyncio.sleep(0.01)
-
     try:
         assert await names(org) == ["Agent Mine"]
         assert await names(other) == ["Agent Theirs"]
@@ -355,11 +342,11 @@ async def test_cached_definitions_are_each_organizations_own_and_every_write_is_
         assert await names(other) == ["Agent Theirs"]  # each from its own entry
         assert (cache.hits, cache.misses) == (2, 2)
         await admin.execute("UPDATE definitions SET name = 'Renamed' WHERE id = $1", mine)
-        await dropped(org)
+        await dropped(cache, org)
         assert await names(org) == ["Agent Renamed"]
         assert cache.holds(other)  # another organization's write: kept
         await definition(admin, None, "Platform")  # a platform row: every entry goes
-        await dropped(other)
+        await dropped(cache, other)
         assert await names(other) == ["Agent Theirs", "Agent Platform"]
     finally:
         await invalidator.stop()
@@ -375,11 +362,6 @@ async def test_cached_live_models_are_dropped_by_every_knowledge_settings_write(
     invalidator = CacheInvalidator({KNOWLEDGE_MODELS_CHANNEL: cache}, database.url)
     await invalidator.start()
 
-    async def dropped(organization: uuid.UUID) -> None:
-        async with asyncio.timeout(10):
-            while cache.holds(organization):  # noqa: ASYNC110 - the listener runs elsewhere
-                await asyncio.sleep(0.01)
-
     try:
         assert await live_models(tenant_db, org, cache) == (DEFAULT_MODEL, DEFAULT_MODEL)
         assert await live_models(tenant_db, other, cache) == (DEFAULT_MODEL, DEFAULT_MODEL)
@@ -388,12 +370,12 @@ async def test_cached_live_models_are_dropped_by_every_knowledge_settings_write(
         await seed.insert(
             admin, "knowledge_settings", organization_id=org, active_embedding_model=DEFAULT_MODEL
         )
-        await dropped(org)
+        await dropped(cache, org)
         assert cache.holds(other)
         await admin.execute(
             "UPDATE knowledge_settings SET updated_at = now() WHERE organization_id IS NULL"
         )
-        await dropped(other)
+        await dropped(cache, other)
     finally:
         await invalidator.stop()
 
