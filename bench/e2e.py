@@ -354,25 +354,12 @@ class Knowledge:
 
 
 def knowledge_for(seeded: Seeded, chunks: int) -> Knowledge:
-    """``chunks`` real-derived vectors (as ``bench.search``) for the first seeded organization,
-    and FAQ questions to ask."""
-    import numpy as np
-
+    """``chunks`` real-derived vectors (``bench.search.tenant_vectors``) for the first seeded
+    organization, and FAQ questions to ask."""
     from bench.corpora import tuning
-    from bench.search import base_vectors
-    from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
-    from contextcore.knowledge.settings import KnowledgeSettings
+    from bench.search import tenant_vectors
 
-    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
-    encoder = SentenceTransformerEncoder(
-        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
-    )
-    base = base_vectors(encoder)
-    del encoder
-    rng = np.random.default_rng(3)
-    rows = base[rng.integers(0, len(base), chunks)]
-    rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = tenant_vectors(chunks)
     return Knowledge(seeded.orgs[0], [q.text for q in tuning().questions], rows)
 
 

@@ -27,12 +27,12 @@ import numpy as np
 
 from bench.corpora import CACHE, tuning
 from bench.processes import peak_rss_mb, start_consumer
-from bench.search import base_vectors, seed
+from bench.search import seed, tenant_vectors
 from bench.seeded import drop, prepare
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics, ensure_topics
 from contextcore.knowledge import indexes
-from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder, SentenceTransformerEncoder
+from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import search
 from contextcore.knowledge.settings import KnowledgeSettings
@@ -100,23 +100,14 @@ async def main() -> None:
     parser.add_argument("--chunks", type=int, default=5_000)
     parser.add_argument("--builds", type=int, default=200)
     args = parser.parse_args()
-    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
-    encoder = SentenceTransformerEncoder(
-        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
-    )
-    base = base_vectors(encoder)
+    rows = tenant_vectors(args.chunks)
     questions = list(dict.fromkeys(q.text for q in tuning().questions))
     if args.builds > len(questions):  # a repeated question would be a cached query vector
         print(f"{len(questions)} distinct questions: {len(questions)} builds, not {args.builds}")
         args.builds = len(questions)
-    del encoder
     name = "bench_knowledge_build"
     seeded = await prepare(name, 0)
     organization = uuid.uuid4()
-    rng = np.random.default_rng(3)
-    rows = base[rng.integers(0, len(base), args.chunks)]
-    rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
-    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
     admin = await asyncpg.connect(seeded.admin_url)
     try:
         await seed(admin, organization, rows)

@@ -52,6 +52,21 @@ def base_vectors(encoder: SentenceTransformerEncoder, count: int = 4_000) -> np.
     return vectors
 
 
+def tenant_vectors(chunks: int) -> np.ndarray:
+    """``chunks`` unit vectors drawn from git-doc passages with a little noise (seed 3): one
+    tenant's documents for the knowledge benches, encoded by the light OpenVINO encoder."""
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    encoder = SentenceTransformerEncoder(
+        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
+    )
+    base = base_vectors(encoder)
+    rng = np.random.default_rng(3)
+    rows = base[rng.integers(0, len(base), chunks)]
+    rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
+    rows /= np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows
+
+
 def sizes(total: int, organizations: int) -> list[int]:
     weights = 1 / np.arange(1, organizations + 1) ** 1.1
     counts = np.maximum((weights / weights.sum() * total).astype(int), 1)
