@@ -153,13 +153,13 @@ async def live_models(
 ) -> LiveModels:
     """Both scopes' live models: from ``cache`` (invalidated by every write to
     ``knowledge_settings``, migration 00032), else one statement."""
-    found = None if cache is None else cache.get(organization_id)
-    if found is None:
-        generation = None if cache is None else cache.generation(organization_id)
-        [row] = await database.read(LIVE_MODELS, organization_id)
-        found = (row["organization_model"], row["platform_model"])
-        if cache is not None and generation is not None:
-            cache.put(organization_id, found, generation=generation)
+    if cache is not None and (found := cache.get(organization_id)) is not None:
+        return found
+    generation = None if cache is None else cache.generation(organization_id)
+    [row] = await database.read(LIVE_MODELS, organization_id)
+    found = (row["organization_model"], row["platform_model"])
+    if cache is not None and generation is not None:  # taken before the read
+        cache.put(organization_id, found, generation=generation)
     return found
 
 
