@@ -112,6 +112,10 @@ async def read_json(
                 batch = await consumer.getmany(timeout_ms=200)
                 for messages in batch.values():
                     records.extend(json.loads(m.value) for m in messages)
+    except TimeoutError:
+        raise AssertionError(
+            f"{topic}: {len(records)} of {until} records in {timeout:.0f} s: {records!r:.2000}"
+        ) from None
     finally:
         await consumer.stop()
     return records
