@@ -294,6 +294,7 @@ class ConsumerApp:
             probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
+            await self.journal.close()
             await pool.close()
 
     def ready(self) -> bool:

@@ -18,14 +18,18 @@ start here (migration 00016), keyed by group, topic, partition and offset:
 The journal fails open: when PostgreSQL does not answer within ``timeout_s``, the record starts
 uncounted (``available`` turns false, so ``/readyz`` says not ready); a build must not stop
 because the bookkeeping of crashes is down. Starts of the records that begin together are
-written in one statement; rows below a committed position are deleted with the commit. Its pool's
-connections are the service role for their whole session (``create_pool(session_role=...)``), so
-each of these statements is one round trip: the start is on every record's path.
+written in one statement. Rows below a committed position are deleted at most once every
+``forget_delay_s`` (one statement for every commit meanwhile): a row the delete has not reached
+yet is below its partition's committed offset, so no delivery reads it, and the first commit of
+whichever process holds the partition next deletes it. Its pool's connections are the service
+role for their whole session (``create_pool(session_role=...)``), so each of these statements
+is one round trip: the start is on every record's path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -134,13 +138,23 @@ class PostgresJournal:
     holds every connection of its pool never delays a start), opened with
     ``create_pool(session_role=<the service role>)``."""
 
-    def __init__(self, pool: asyncpg.Pool, *, group: str, timeout_s: float = 2.0) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        group: str,
+        timeout_s: float = 2.0,
+        forget_delay_s: float = 1.0,
+    ) -> None:
         self.pool = pool
         self.group = group
         self.timeout_s = timeout_s
+        self.forget_delay_s = forget_delay_s
         self.available = True
         self._queued: dict[Position, asyncio.Future[Prior]] = {}
         self._flush: asyncio.Task[None] | None = None
+        self._committed: dict[TopicPartition, int] = {}
+        self._forgetting: asyncio.Task[None] | None = None
 
     async def started(self, position: Position) -> Prior:
         future = self._queued.get(position)
@@ -197,11 +211,33 @@ class PostgresJournal:
         )
 
     async def forget(self, positions: Mapping[TopicPartition, int]) -> None:
+        """Remember the committed positions; the delete follows within ``forget_delay_s``."""
+        for partition, committed in positions.items():
+            if committed > self._committed.get(partition, -1):
+                self._committed[partition] = committed
+        if self._forgetting is None or self._forgetting.done():
+            self._forgetting = asyncio.create_task(self._forget_later())
+
+    async def _forget_later(self) -> None:
+        await asyncio.sleep(self.forget_delay_s)
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Delete now the rows below every committed position remembered so far."""
+        committed, self._committed = self._committed, {}
         by_topic: dict[str, list[tuple[int, int]]] = {}
-        for (topic, partition), committed in positions.items():
-            by_topic.setdefault(topic, []).append((partition, committed))
+        for (topic, partition), position in committed.items():
+            by_topic.setdefault(topic, []).append((partition, position))
         for topic, pairs in by_topic.items():
             await self._run(FORGET, self.group, topic, [p for p, _ in pairs], [c for _, c in pairs])
+
+    async def close(self) -> None:
+        """Write the deletes still waiting (a stopping member commits last)."""
+        if self._forgetting is not None and not self._forgetting.done():
+            self._forgetting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._forgetting
+        await self.flush()
 
     async def check(self) -> bool:
         """Whether the database answers now (the readiness probe asks every few seconds)."""

@@ -5,7 +5,7 @@ old rows pruned by the sweep beside the ledger's expired claims, and failing ope
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 
 import asyncpg
 import pytest
@@ -17,7 +17,7 @@ from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE
 from tests.integration.conftest import Database
-from tests.integration.helpers import free_port
+from tests.integration.helpers import free_port, until_true
 
 pytestmark = pytest.mark.integration
 
@@ -49,11 +49,40 @@ async def test_starts_are_counted_across_processes_and_forgotten_once_committed(
     await again.solo_finished(at(7))
     assert await again.started(at(7)) == Prior(3, 1)  # one solo start never finished
     await again.started(at(9))
-    await again.forget({("t", 0): 8})  # committed up to 8: 7 is gone, 9 stays
+    await again.forget({("t", 0): 8})  # committed up to 8: 7 goes, 9 stays
+    await again.flush()
     rows = await admin.fetch(
         'SELECT consumer_group, "offset" FROM delivery_starts ORDER BY consumer_group, "offset"'
     )
     assert [tuple(r) for r in rows] == [("g", 9), ("h", 7)]
+
+
+async def test_commits_are_forgotten_together_after_the_delay_and_on_close(
+    pool: asyncpg.Pool, admin: asyncpg.Connection
+) -> None:
+    async def left() -> list[tuple[int, int]]:
+        rows = await admin.fetch('SELECT "partition", "offset" FROM delivery_starts')
+        return sorted((r["partition"], r["offset"]) for r in rows)
+
+    waiting = PostgresJournal(pool, group="g", forget_delay_s=3600)
+    for offset in range(6):
+        await waiting.started(at(offset))
+        await waiting.started(at(offset, partition=1))
+    await waiting.forget({("t", 0): 2})
+    await waiting.forget({("t", 0): 4, ("t", 1): 1})
+    await waiting.forget({("t", 0): 3})  # an older commit never undoes a newer one
+    assert len(await left()) == 12  # nothing deleted before the delay
+    await waiting.close()  # a stopping member writes what waits, without the delay
+    assert await left() == [(0, 4), (0, 5)] + [(1, o) for o in range(1, 6)]
+
+    prompt = PostgresJournal(pool, group="g", forget_delay_s=0.05)
+    await prompt.forget({("t", 1): 6})
+    await until_true(lambda: _equals(left(), [(0, 4), (0, 5)]))
+    await prompt.close()
+
+
+async def _equals(rows: Awaitable[list[tuple[int, int]]], expected: list[tuple[int, int]]) -> bool:
+    return await rows == expected
 
 
 async def test_a_journal_on_a_pool_without_the_service_role_counts_nothing(
