@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
-from contextcore.errors import RequiredContextSourceError
+from contextcore.errors import ContextcoreError, RequiredContextSourceError
 from contextcore.models import ContextBrief, ContextItem, ContextPolicy, ContextRequest
 from contextcore.models import ContextSourceSpec as Spec
 from contextcore.packer import ContextPacker
@@ -47,7 +47,7 @@ ReadCause = Literal["ok", "timeout", "error", "missing", "wrong_source"]
 or an item that is not a ``ContextItem`` of that source."""
 
 
-class SourceFailure(Exception):
+class SourceFailure(ContextcoreError):
     """Why one source produced no items (internal to the builder)."""
 
     def __init__(self, cause: ReadCause, message: str) -> None:

@@ -8,12 +8,35 @@
     │   └── MigrationFailed         PostgreSQL refused a migration
     ├── PolicyError (ValueError)    a context policy fails admission                     exit 1
     ├── RequiredContextSourceError  a required source failed; the run must fail          exit 1
+    ├── SourceFailure               why one source gave no items (the builder's own)
+    ├── WireError (ValueError)      a record is not JSON the service accepts
+    ├── PublishError                the broker did not take a record (the runtime's)
+    ├── ExtractionError             a document cannot become text
+    ├── ObjectError                 an object cannot be read, for good
+    ├── ObjectUnavailable           the object store did not answer: retry later
+    ├── ModelUnavailable (LookupError)  a scope's live model is not one this process has
+    ├── ModelMoved                  a scope's live model flipped mid-search: search again
+    ├── UnknownModel (LookupError)  a batch names a model this process does not encode with
+    ├── MemoryContention            a memory write lost its chain's head too often
+    ├── Refused                     an admin command may not run now                     exit 1
     └── ClientError                 a client call got no usable answer (producers/)      exit 2
+        ├── PublishFailed (InfrastructureUnavailable)  the broker did not take it        exit 2
         ├── ReplyTimeout            no reply within the timeout
+        ├── DocumentTooLarge (ValueError)  a file does not fit one record
         └── RequestRefused          the service answered with an error reply             exit 1
             ├── BuildFailed         ... to a build request (producers/client.py)
             └── UploadFailed        ... to an upload, or its source failed (producers/knowledge.py)
                 └── UploadSuperseded    a later upload of the same document replaced it
+
+Where they live: ``SourceFailure`` contextcore/builder.py, ``WireError`` schemas/wire.py,
+``PublishError`` consumers/runtime/delivery.py, ``ExtractionError`` contextcore/knowledge/
+extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/objects.py,
+``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/search.py, ``UnknownModel``
+contextcore/knowledge/embed.py, ``MemoryContention`` contextcore/memory/service.py, ``Refused``
+producers/knowledge_admin.py, ``DocumentTooLarge`` producers/knowledge.py, the rest here.
+(``_Died`` in contextcore/knowledge/sandbox.py, private to its module, is one too.) A test
+(tests/unit/test_errors.py) checks that every exception class the packages define is drawn
+here and derives from the root.
 
 Every error carries a message that fits on one line: each command-line entry point runs through
 :func:`run_command`, which prints ``<prog>: <message>`` (one line per problem of a

@@ -18,6 +18,7 @@ import math
 import re
 from typing import Any
 
+from contextcore.errors import ContextcoreError
 from schemas.envelope import has_lone_surrogate, reply_address
 
 MAX_DEPTH = 64
@@ -35,7 +36,7 @@ CAUSES = ("not_json", "number_range", "too_deep", "lone_surrogate")
 """Every :attr:`WireError.cause` (a dead letter's cause when the record names no reply)."""
 
 
-class WireError(ValueError):
+class WireError(ContextcoreError, ValueError):
     """The record is not JSON this service accepts. ``cause`` is one of :data:`CAUSES`."""
 
     def __init__(self, cause: str, message: str) -> None:

@@ -72,13 +72,13 @@ from consumers.runtime.records import (
 )
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.tracker import InFlight, PartitionTracker, TopicPartition
-from contextcore.errors import InfrastructureUnavailable
+from contextcore.errors import ContextcoreError, InfrastructureUnavailable
 from schemas.envelope import printable
 
 log = logging.getLogger("contextcore.delivery")
 
 
-class PublishError(Exception):
+class PublishError(ContextcoreError):
     """The broker did not take a record. ``retriable``: it may take it later."""
 
     def __init__(self, message: str, *, retriable: bool) -> None:

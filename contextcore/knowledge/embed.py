@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
+from contextcore.errors import ContextcoreError
 from contextcore.knowledge import store
 from contextcore.knowledge.encoder import CoalescingEncoder, Encoder
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
@@ -25,7 +26,7 @@ class PassageIn:
     tokens: int
 
 
-class UnknownModel(LookupError):
+class UnknownModel(ContextcoreError, LookupError):
     """The batch is for a model this process does not encode with."""
 
 

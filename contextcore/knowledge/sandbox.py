@@ -35,6 +35,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contextcore.errors import ContextcoreError
 from contextcore.knowledge.chunk import Chunk, ChunkSettings
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
 from contextcore.knowledge.worker import HEADER, frame
@@ -128,7 +129,7 @@ class _Worker:
                 await self.kill()
 
 
-class _Died(Exception):
+class _Died(ContextcoreError):
     """The worker ended before it answered."""
 
 

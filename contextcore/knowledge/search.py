@@ -35,6 +35,7 @@ from uuid import UUID
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
+from contextcore.errors import ContextcoreError
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.cache import TenantCache
@@ -113,11 +114,11 @@ FROM knowledge_search($1, $2, $3::vector, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 )
 
 
-class ModelUnavailable(LookupError):
+class ModelUnavailable(ContextcoreError, LookupError):
     """The scope's live model is not one this process encodes with."""
 
 
-class ModelMoved(Exception):
+class ModelMoved(ContextcoreError):
     """A scope's live model flipped between the read and the search: search again."""
 
 
