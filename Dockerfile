@@ -15,5 +15,5 @@ RUN pip install --no-cache-dir torch==2.13.0 --index-url https://download.pytorc
 # exported OpenVINO models are cached here (mount a volume to keep them across restarts)
 ENV CONTEXTCORE_KNOWLEDGE_CACHE_DIR=/tmp/contextcore-models HF_HUB_OFFLINE=1
 USER contextcore
-EXPOSE 9464 9465 9466 9467
+EXPOSE 9464 9465 9466 9467 9468
 CMD ["contextcore", "serve", "build"]
