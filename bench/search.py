@@ -9,7 +9,7 @@ default model once (cached), and each row is one of them plus a little Gaussian 
 re-normalised, so the rows keep the real embedding space's shape without 100,000 encodes.
 Queries are real questions (the tuning set of ``bench.corpora``) embedded by the same model.
 
-The plan is production's: tenants at or above ``--threshold`` chunks (``contextcore-knowledge
+The plan is production's: tenants at or above ``--threshold`` chunks (``contextcore knowledge
 index``'s default, 2,000) get their partial HNSW index; the rest are searched exactly. Each
 query runs as the build consumer's knowledge source runs it: the runtime login enters the
 tenant's scope and calls ``knowledge_search`` (no query text: the vector path, which the

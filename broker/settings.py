@@ -53,7 +53,7 @@ class KafkaSettings(BaseSettings):
         if not self.bootstrap_servers:
             raise ConfigurationError(
                 "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is not set: point it at a Kafka broker "
-                "(or run `contextcore-dev up` and use the address it prints)"
+                "(or run `contextcore dev up` and use the address it prints)"
             )
         return self.bootstrap_servers
 

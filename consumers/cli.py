@@ -1,28 +1,40 @@
-"""``contextcore``: the consumers, and policy admission.
+"""The service's commands: ``contextcore serve`` and ``contextcore policy``.
 
-    contextcore serve build|memory|upload|embed|sweep  run a consumer until SIGTERM/SIGINT
-    contextcore policy check FILE.json   admit a context policy as the build consumer would
-
-A missing setting or an unreachable broker or database prints one line and exits 2; a schema
-mismatch exits 1 (``contextcore.errors.exit_code``). The embedded dev stack and the demo are
-``contextcore-dev`` (the ``devstack`` package, which production never imports).
+``python -m consumers.cli serve build`` runs the same as ``contextcore serve build`` (the benches
+and tests start consumers that way, with no console script needed).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
 from pathlib import Path
 
-from consumers.build.sources import process_registry
-from contextcore.errors import run_command
-from contextcore.models import ContextPolicy
+from contextcore.errors import EXIT_USAGE, command_parser, run_command
+
+CONSUMERS = ("build", "memory", "upload", "embed", "sweep")
+
+SERVE = """Run one consumer until SIGTERM or SIGINT.
+
+  build     the build-request topic: briefs, on each request's reply topic
+  memory    the memory-write topic: memory.remember and memory.forget
+  upload    the upload topic: extract, chunk, hand batches to the embedding group
+  embed     the embedding group: embed the batches, mark the sources ready
+  sweep     fail sources pending over an hour; prune the ledger and the start journal
+
+Settings come from CONTEXTCORE_* variables (docs/operations.md). The consumer refuses to start
+while the database schema does not match the code (run contextcore schema init first)."""
+
+POLICY = """Admit a context policy as the build consumer would, without any service.
+
+  check FILE.json    prints "FILE.json: admitted", or the failing field and why"""
 
 
 def _check_policy(path: Path) -> int:
-    """Admission of one policy file: exit 0 when admitted, 1 with the failing path otherwise."""
+    from consumers.build.sources import process_registry
+    from contextcore.models import ContextPolicy
+
     policy = ContextPolicy.model_validate_json(path.read_bytes())
     process_registry().validate_policy(policy)
     print(f"{path}: admitted")
@@ -31,9 +43,9 @@ def _check_policy(path: Path) -> int:
 
 def _serve(consumer: str) -> int:
     if consumer == "sweep":
-        from consumers.sweep.app import serve
+        from consumers.sweep.app import serve as serve_sweep
 
-        asyncio.run(serve())
+        asyncio.run(serve_sweep())
         return 0
     if consumer == "upload":
         from consumers.upload.app import create_app as create_upload
@@ -56,25 +68,34 @@ def _serve(consumer: str) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="contextcore",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run a consumer")
-    serve.add_argument("consumer", choices=["build", "memory", "upload", "embed", "sweep"])
-    policy = commands.add_parser("policy", help="check a context policy file")
-    policy.add_argument("action", choices=["check"])
-    policy.add_argument("file", type=Path)
+def serve(argv: list[str]) -> int:
+    """Run a consumer (build, memory, upload, embed, sweep)."""
+    parser = command_parser("serve", SERVE, "contextcore serve build")
+    parser.add_argument("consumer", choices=CONSUMERS)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    if args.command == "policy":
-        return run_command(str(args.file), lambda: _check_policy(args.file), expected=(OSError,))
-    return run_command("contextcore", lambda: _serve(args.consumer))
+    return run_command("contextcore serve", lambda: _serve(args.consumer))
+
+
+def policy(argv: list[str]) -> int:
+    """Check a context policy file."""
+    parser = command_parser("policy", POLICY, "contextcore policy check policy.json")
+    parser.add_argument("action", choices=["check"])
+    parser.add_argument("file", type=Path)
+    args = parser.parse_args(argv)
+    return run_command(str(args.file), lambda: _check_policy(args.file), expected=(OSError,))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``serve ...`` or ``policy ...``, as ``contextcore`` would run them."""
+    args = sys.argv[1:] if argv is None else argv
+    commands = {"serve": serve, "policy": policy}
+    if not args or args[0] not in commands:
+        print("usage: python -m consumers.cli serve|policy ...", file=sys.stderr)
+        return EXIT_USAGE
+    return commands[args[0]](args[1:])
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     ContextcoreError
     ├── ConfigurationError          a required setting is missing or malformed           exit 2
-    ├── InfrastructureUnavailable   a broker or database cannot be reached               exit 2
+    ├── InfrastructureUnavailable   a broker or database cannot be reached               exit 3
     ├── SchemaError                 the database schema does not match the migrations    exit 1
     │   ├── MigrationFileError      the migration files themselves are malformed
     │   └── MigrationFailed         PostgreSQL refused a migration
@@ -19,10 +19,10 @@
     ├── UnknownModel (LookupError)  a batch names a model this process does not encode with
     ├── MemoryContention            a memory write lost its chain's head too often
     ├── Refused                     an admin command may not run now                     exit 1
-    └── ClientError                 a client call got no usable answer (producers/)      exit 2
-        ├── PublishFailed (InfrastructureUnavailable)  the broker did not take it        exit 2
-        ├── ReplyTimeout            no reply within the timeout
-        ├── DocumentTooLarge (ValueError)  a file does not fit one record
+    └── ClientError                 a client call got no usable answer (producers/)
+        ├── PublishFailed (InfrastructureUnavailable)  the broker did not take it        exit 3
+        ├── ReplyTimeout            no reply within the timeout                          exit 3
+        ├── DocumentTooLarge (ValueError)  a file does not fit one record                exit 1
         └── RequestRefused          the service answered with an error reply             exit 1
             ├── BuildFailed         ... to a build request (producers/client.py)
             └── UploadFailed        ... to an upload, or its source failed (producers/knowledge.py)
@@ -45,6 +45,7 @@ Every error carries a message that fits on one line: each command-line entry poi
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable, Sequence
 
@@ -135,17 +136,33 @@ def validation_lines(error: ValidationError) -> list[str]:
     return [f"{field_path(e['loc']) or '<root>'}: {e['msg']}" for e in error.errors()]
 
 
+EXIT_OK = 0
+EXIT_REFUSED = 1
+"""The input or the service said no: an invalid file, an error reply, a schema mismatch."""
+EXIT_USAGE = 2
+"""The command cannot run as given: a usage error (argparse's own 2) or a missing setting."""
+EXIT_UNAVAILABLE = 3
+"""The service could not be asked: the broker or database unreachable, no reply in time."""
+EXIT_INTERRUPTED = 130
+
+EXIT_STATUS = f"""exit status:
+  {EXIT_OK}    done
+  {EXIT_REFUSED}    refused: invalid input, an error reply, a schema that does not match
+  {EXIT_USAGE}    usage: a wrong command line, or a setting missing or malformed
+  {EXIT_UNAVAILABLE}    unavailable: the broker or the database unreachable, no reply in time"""
+"""The epilog every command's help ends with."""
+
+
 def exit_code(error: BaseException) -> int:
-    """1 when the input or the service said no; 2 when it could not be asked; 130 on Ctrl-C."""
+    """The exit status for ``error``: a script can tell a refusal (retrying will not help)
+    from an unavailable service (retrying later may) and from its own wrong invocation."""
     if isinstance(error, KeyboardInterrupt):
-        return 130
-    if isinstance(error, ConfigurationError | InfrastructureUnavailable):
-        return 2
-    if isinstance(error, RequestRefused):
-        return 1
-    if isinstance(error, ClientError):
-        return 2
-    return 1
+        return EXIT_INTERRUPTED
+    if isinstance(error, InfrastructureUnavailable | ReplyTimeout):
+        return EXIT_UNAVAILABLE
+    if isinstance(error, ConfigurationError):
+        return EXIT_USAGE
+    return EXIT_REFUSED
 
 
 def error_lines(error: BaseException) -> list[str]:
@@ -170,8 +187,20 @@ def run_command(
     try:
         return body()
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except reported as error:
         for line in error_lines(error):
             print(f"{prog}: {line}", file=sys.stderr)
         return exit_code(error)
+
+
+def command_parser(name: str, description: str, *examples: str) -> argparse.ArgumentParser:
+    """The parser of ``contextcore NAME``: its text as written (lists stay lists), then its
+    examples and the exit statuses."""
+    shown = "\n".join(f"  {example}" for example in examples)
+    return argparse.ArgumentParser(
+        prog=f"contextcore {name}",
+        description=description,
+        epilog=f"{'examples' if len(examples) > 1 else 'example'}:\n{shown}\n\n{EXIT_STATUS}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )

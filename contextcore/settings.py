@@ -32,10 +32,10 @@ class DatabaseSettings(BaseSettings):
     read_url: str | None = None
     """Optional read replica; the build consumer reads sources through it when set."""
     owner_url: str | None = None
-    """The schema owner: ``contextcore-schema`` applies and checks migrations with it. A service
+    """The schema owner: ``contextcore schema`` applies and checks migrations with it. A service
     never holds it."""
     admin_url: str | None = None
-    """An administrator of the cluster: ``contextcore-schema provision`` alone uses it."""
+    """An administrator of the cluster: ``contextcore schema provision`` alone uses it."""
     connect_timeout_s: float = Field(default=5.0, gt=0)
     role: str = "contextcore_app"
     """The service role every tenant scope becomes (``SET LOCAL ROLE``): it owns no table, so
@@ -47,7 +47,7 @@ class DatabaseSettings(BaseSettings):
         if not self.url:
             raise ConfigurationError(
                 "CONTEXTCORE_DATABASE_URL is not set: point it at a PostgreSQL + pgvector "
-                "database as the runtime login (or run `contextcore-dev up` and use the URL it "
+                "database as the runtime login (or run `contextcore dev up` and use the URL it "
                 "prints)"
             )
         return self.url
@@ -56,7 +56,7 @@ class DatabaseSettings(BaseSettings):
         if not self.owner_url:
             raise ConfigurationError(
                 "CONTEXTCORE_DATABASE_OWNER_URL is not set: schema commands run as the schema "
-                "owner (`contextcore-dev env` prints the dev stack's)"
+                "owner (`contextcore dev env` prints the dev stack's)"
             )
         return self.owner_url
 

@@ -1,27 +1,14 @@
-"""``contextcore-dev``: the embedded dev stack and the demo.
-
-    contextcore-dev up [--durable]       the embedded broker + PostgreSQL on 127.0.0.1
-    contextcore-dev down|status|env
-    contextcore-dev demo [--serve]       the main job end to end on the embedded default
-
-``up --durable`` (or ``CONTEXTCORE_DEV_DURABLE=true``) runs the broker on Tansu's ``s3://``
-storage against a local S3 server, so a broker restart keeps topics, acknowledged records and
-committed offsets; ``down`` stops the S3 server too, and the data with it.
-
-``env`` prints the exports of the four addresses: the broker, the runtime login, the schema
-owner and the cluster's administrator (dev only).
-"""
+"""``contextcore dev``: the embedded dev stack and the demo (a checkout of the repository)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import sys
 
 from broker.settings import TopicSettings
 from broker.topics import all_topics
-from contextcore.errors import run_command
+from contextcore.errors import command_parser, run_command
 from devstack.demo import run_demo
 from devstack.stack import DevSettings, DevStack
 
@@ -53,12 +40,23 @@ async def _stack(action: str, durable: bool) -> int:
     return 0
 
 
+DEV = """The embedded dev stack (Tansu broker + PostgreSQL on 127.0.0.1) and the demo.
+
+  up [--durable]    start the broker and PostgreSQL
+  down              stop them (and the local S3 server, with its data)
+  status            say whether each runs (exits 1 unless both do)
+  env               print the exports of the four addresses: the broker, the runtime login,
+                    the schema owner, the cluster's administrator (dev only)
+  demo [--serve]    the main job end to end on the embedded default
+
+up --durable (or CONTEXTCORE_DEV_DURABLE=true) runs the broker on Tansu's s3:// storage against
+a local S3 server, so a broker restart keeps topics, acknowledged records and committed
+offsets."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="contextcore-dev",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    """The embedded broker and PostgreSQL, and the demo (development only)."""
+    parser = command_parser("dev", DEV, "contextcore dev up", 'eval "$(contextcore dev env)"')
     parser.add_argument("action", choices=["up", "down", "status", "env", "demo"])
     parser.add_argument("--serve", action="store_true", help="demo: keep the consumer running")
     parser.add_argument(
@@ -73,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.action == "demo":
-        return run_command("contextcore-dev", lambda: asyncio.run(run_demo(args.serve)))
-    return run_command("contextcore-dev", lambda: asyncio.run(_stack(args.action, args.durable)))
+        return run_command("contextcore dev", lambda: asyncio.run(run_demo(args.serve)))
+    return run_command("contextcore dev", lambda: asyncio.run(_stack(args.action, args.durable)))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""``contextcore-dev demo``: the main job end to end on the embedded default.
+"""``contextcore dev demo``: the main job end to end on the embedded default.
 
 Starts (or reuses) the embedded broker and PostgreSQL unless the addresses are set, provisions
 the two credentials, applies the schema as the owner, seeds the demo organization as the
@@ -181,7 +181,7 @@ async def run_demo(serve: bool) -> int:
             print("==")
         print(json.dumps(reply.model_dump(mode="json"), indent=2))
         if serve:
-            print("== serving; Ctrl-C stops the consumers (`contextcore-dev down` stops the stack)")
+            print("== serving; Ctrl-C stops the consumers (`contextcore dev down` stops the stack)")
             await consumer.wait()
         return 0 if reply.status == "ok" else 1
     finally:

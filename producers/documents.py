@@ -1,5 +1,5 @@
 """``DocumentsClient``: list and delete the documents of a knowledge scope (an organization's, or
-the platform's), for an admin's tools; ``contextcore-knowledge documents`` and ``delete`` are
+the platform's), for an admin's tools; ``contextcore knowledge documents`` and ``delete`` are
 built on it.
 
 It reads and writes through the runtime login (``CONTEXTCORE_DATABASE_URL``) in the scope it is

@@ -1,27 +1,4 @@
-"""``contextcore-knowledge``: the knowledge base's admin commands. Each that changes data is a dry
-run unless given ``--apply`` (it prints what it would do).
-
-    documents            (scope) [--status S] [--limit N]   documents, newest first: status,
-                         [--deleted]                        chunks, model, size, uploaded at
-    delete (SOURCE | --uri URI) (scope) [--by NAME]         delete a document (and its chunks)
-                         [--apply]
-    failed               (--organization ID | --platform)   failed sources, with the reasons
-    retry SOURCE         (--organization ID | --platform)   ingest a failed source again from its
-                         [--apply] [--wait]                 stored text
-    switch prepare MODEL --dimensions N (scope) [--apply]   step 1: embed every source under MODEL
-    switch status        (scope)                            step 2: what is not ready under it yet
-    switch flip          (scope) [--apply]                  step 3: make it the live model
-    switch clean         (scope) [--apply]                  step 4: delete the other models' rows
-    index [--min-chunks N] [--apply] [--every SECONDS]      per-tenant HNSW indexes (as the owner);
-                                                            --every: a pass every SECONDS, the job
-
-Data commands use the runtime login (``CONTEXTCORE_DATABASE_URL``) in the named scope, so row
-security applies to them as to the services; ``retry`` and ``switch prepare`` ask the upload
-consumer over Kafka; ``index`` and ``switch prepare --apply`` (which registers the model in the
-global catalog, no tenant's to write) need the schema owner (``CONTEXTCORE_DATABASE_OWNER_URL``).
-Exit status: 0; 1 when the command is refused (out of order, not found); 2 when a setting is
-missing or a service unreachable.
-"""
+"""``contextcore knowledge``: the knowledge base's admin commands."""
 
 from __future__ import annotations
 
@@ -37,7 +14,7 @@ from uuid import UUID
 import asyncpg
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import ContextcoreError, run_command
+from contextcore.errors import ContextcoreError, command_parser, run_command
 from contextcore.knowledge import admin, indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
@@ -184,7 +161,7 @@ async def _prepare(scope: Scope, model: str, dimensions: int, apply: bool) -> in
             await client.reingest(organization_id=follower, source_id=source_id, models=[model])
     print(
         f"asked for {len(todo) + len(followers)} source(s); follow with:"
-        " contextcore-knowledge switch status"
+        " contextcore knowledge switch status"
     )
     return 0
 
@@ -336,11 +313,44 @@ def _scope_of(args: argparse.Namespace) -> Scope:
     return PLATFORM if args.platform else UUID(str(args.organization))
 
 
+KNOWLEDGE = """The knowledge base's admin commands. Each that changes data is a dry run unless
+given --apply: it prints what it would do.
+
+  documents (scope) [--status S] [--limit N] [--deleted]
+                            the scope's documents, newest first: status, chunks, model,
+                            size, uploaded at
+  delete (SOURCE | --uri URI) (scope) [--by NAME] [--apply]
+                            delete a document and its chunks
+  failed (scope)            failed sources, with the reasons
+  retry SOURCE (scope) [--apply] [--wait]
+                            ingest a failed source again from its stored text
+  switch prepare MODEL --dimensions N (scope) [--apply]
+                            model switch, step 1: embed every source under MODEL
+  switch status (scope)     step 2: what is not ready under it yet
+  switch flip (scope) [--apply]
+                            step 3: make it the live model
+  switch clean (scope) [--apply]
+                            step 4: delete the other models' rows
+  index [--min-chunks N] [--apply] [--every SECONDS]
+                            per-tenant HNSW indexes, as the schema owner; --every: a pass
+                            every SECONDS, until stopped (the job's mode)
+
+  (scope) is --organization ID or --platform.
+
+The data commands use the runtime login (CONTEXTCORE_DATABASE_URL) in the named scope, so row
+security applies to them as to the services; retry and switch prepare ask the upload consumer
+over Kafka; index and switch prepare --apply (which registers the model in the global catalog)
+need the schema owner (CONTEXTCORE_DATABASE_OWNER_URL). A command refused (out of order, not
+found) exits 1."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="contextcore-knowledge",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    """Documents, failed sources, the model switch, indexes (admin)."""
+    parser = command_parser(
+        "knowledge",
+        KNOWLEDGE,
+        "contextcore knowledge documents --organization 7b000000-0000-4000-8000-0000000000a1",
+        "contextcore knowledge index --apply",
     )
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -400,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_flip(scope, args.apply))
         return asyncio.run(_clean(scope, args.apply))
 
-    return run_command("contextcore-knowledge", run, expected=(OSError, ValueError))
+    return run_command("contextcore knowledge", run, expected=(OSError, ValueError))
 
 
 if __name__ == "__main__":

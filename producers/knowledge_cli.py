@@ -1,16 +1,4 @@
-"""``contextcore-upload FILE (--organization ID | --platform)``: upload a document, wait for it.
-
-A file that does not fit one record (about 675 KB) goes by reference: ``--stage-dir DIR`` (the
-upload consumer's file root, shared with this machine; ``--stage-root`` names it as the consumer
-sees it) or ``--stage-s3 BUCKET`` (a bucket the consumer reads; credentials from the
-environment, ``--s3-endpoint`` for an S3-compatible server). Without either it is refused before
-anything is sent.
-
-Prints the final status as JSON. Exit status (``contextcore.errors.exit_code``): 0 when the
-source is ready; 1 when it was rejected, failed or superseded by a later upload of the same
-document (the reason is printed); 2 when the broker is unreachable or no final status came in
-time.
-"""
+"""``contextcore upload``: upload a document and wait for its final status."""
 
 from __future__ import annotations
 
@@ -21,7 +9,7 @@ from pathlib import Path
 from uuid import UUID
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import run_command
+from contextcore.errors import command_parser, run_command
 from producers.knowledge import KnowledgeClient
 from producers.staging import FileStage, S3Stage, Stage
 
@@ -46,8 +34,28 @@ async def _upload(args: argparse.Namespace) -> int:
     return 0
 
 
+UPLOAD = """Upload a document to an organization's knowledge (or the platform's), wait until it
+is searchable, and print its final status as JSON.
+
+A file that does not fit one record (about 675 KB) goes by reference:
+  --stage-dir DIR     the upload consumer's file root, shared with this machine
+                      (--stage-root names it as the consumer sees it)
+  --stage-s3 BUCKET   a bucket the consumer reads (credentials from the environment,
+                      --s3-endpoint for an S3-compatible server)
+Without either, such a file is refused before anything is sent.
+
+Exits 0 when the source is ready; 1 when it was rejected, failed, or superseded by a later
+upload of the same document (the reason is printed)."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="contextcore-upload", description=__doc__)
+    """Upload a document and wait until it is searchable."""
+    parser = command_parser(
+        "upload",
+        UPLOAD,
+        "contextcore upload guide.md --organization 7b000000-0000-4000-8000-0000000000a1",
+        "contextcore upload handbook.pdf --platform --stage-dir /srv/uploads",
+    )
     parser.add_argument("file", type=Path)
     scope = parser.add_mutually_exclusive_group(required=True)
     scope.add_argument("--organization", type=UUID, help="the organization's id")
@@ -64,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--s3-region")
     args = parser.parse_args(argv)
     return run_command(
-        "contextcore-upload", lambda: asyncio.run(_upload(args)), expected=(OSError, ValueError)
+        "contextcore upload", lambda: asyncio.run(_upload(args)), expected=(OSError, ValueError)
     )
 
 

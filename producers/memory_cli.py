@@ -1,21 +1,4 @@
-"""``contextcore-memory``: agent memory from the command line.
-
-    remember --organization ID --definition ID (--user ID | --trigger ID)
-             --scope user|organization --attribute preference.x --text TEXT
-             [--ref KIND:ID] [--run ID] [--idempotency-key K]
-    forget   --organization ID --definition ID (--user ID | --trigger ID) MEMORY_ID
-    health   --organization ID [--days 30]
-    erase    --organization ID (--user ID | --subject KIND:ID | --memory ID) [--apply]
-
-``remember`` and ``forget`` go over the memory-write topic, as an agent's tool call does, and
-print the answer as JSON; ``health`` reads one organization's memory (runtime login, its scope
-only): live chains, chain lengths, refusals by reason. ``erase`` is the operator's act for a
-person's right to erasure (docs/memory.md, "Erasure"): as the schema owner
-(``CONTEXTCORE_DATABASE_OWNER_URL``) it prints what matches (a user's memories and every memory
-about them, a subject's, or one memory's whole chain) and, with ``--apply``, removes their text
-and keeps the record. Exit status: 0 written (or health, or erase); 1 refused; 2 a setting
-missing or a service unreachable.
-"""
+"""``contextcore memory``: agent memory from the command line."""
 
 from __future__ import annotations
 
@@ -28,7 +11,7 @@ from uuid import UUID
 import asyncpg
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import RequestRefused, run_command
+from contextcore.errors import RequestRefused, command_parser, run_command
 from contextcore.memory.erasure import Selector, erase, subject_selector
 from contextcore.memory.health import health
 from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef
@@ -142,11 +125,32 @@ def _principal(command: argparse.ArgumentParser) -> None:
     command.add_argument("--idempotency-key", help="default: a fresh one")
 
 
+MEMORY = """Agent memory from the command line.
+
+  remember --organization ID --definition ID (--user ID | --trigger ID)
+           --scope user|organization --attribute preference.x --text TEXT
+           [--ref KIND:ID] [--run ID] [--idempotency-key K]
+                  store a memory, as an agent's memory.remember does
+  forget   --organization ID --definition ID (--user ID | --trigger ID) MEMORY_ID
+                  forget a live memory (memory.forget)
+  health   --organization ID [--days 30]
+                  one organization's memory: live chains, chain lengths, refusals
+  erase    --organization ID (--user ID | --subject KIND:ID | --memory ID) [--apply]
+                  an operator's act for a person's right to erasure (docs/memory.md)
+
+remember and forget go over the memory-write topic and print the answer as JSON; a refusal
+exits 1. health reads one organization's memory as the runtime login, in its scope only.
+erase runs as the schema owner (CONTEXTCORE_DATABASE_OWNER_URL): it prints what matches (a
+user's memories and every memory about them, a subject's, or one memory's whole chain) and,
+with --apply, removes their text and keeps the record."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="contextcore-memory",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    """Remember, forget, memory health, erasure."""
+    parser = command_parser(
+        "memory",
+        MEMORY,
+        "contextcore memory health --organization 7b000000-0000-4000-8000-0000000000a1",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     remember = commands.add_parser("remember", help="store a memory (memory.remember)")
@@ -178,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         args.command
     ]
     return run_command(
-        "contextcore-memory",
+        "contextcore memory",
         lambda: asyncio.run(run(args)),
         expected=(ValueError, asyncpg.PostgresError),
     )

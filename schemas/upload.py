@@ -86,7 +86,7 @@ class UploadRequestV1(Envelope):
 
 
 class ReingestRequestV1(BaseModel):
-    """An admin command's request (``contextcore-knowledge retry`` and ``switch prepare``):
+    """An admin command's request (``contextcore knowledge retry`` and ``switch prepare``):
     ingest a stored source again from its stored text.
 
     ``models`` absent: a new generation under every model the scope embeds with (a retry).

@@ -1,4 +1,4 @@
-"""What the admin commands read and change (``contextcore-knowledge``), in one scope at a time.
+"""What the admin commands read and change (``contextcore knowledge``), in one scope at a time.
 
 The model switch, in the spec's four steps, each refusing to run out of order:
 

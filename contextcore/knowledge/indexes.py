@@ -11,7 +11,7 @@ planner matches a tenant's partial index when it exists and scans exactly when i
 table of "which tenant uses which plan" to keep in step with the indexes.
 
 Indexes are built by the schema owner with ``CREATE INDEX CONCURRENTLY`` (searches and writes go
-on meanwhile): ``contextcore-knowledge index --apply --every N``, a job of its own (docker-compose's
+on meanwhile): ``contextcore knowledge index --apply --every N``, a job of its own (docker-compose's
 ``knowledge-indexer``, k8s's CronJob), so a tenant gets its index when it crosses the threshold
 without an operator, and loses it when it leaves or shrinks below half the threshold. The
 sweep's gauge ``contextcore_knowledge_tenants_without_index`` shows the tenants still waiting

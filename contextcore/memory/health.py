@@ -1,6 +1,6 @@
 """One organization's memory health: live chains, chain lengths, how often writes are refused
 and why, and which live memories the memory source drops at read and why
-(``contextcore-memory health``). Read in the organization's scope only."""
+(``contextcore memory health``). Read in the organization's scope only."""
 
 from __future__ import annotations
 

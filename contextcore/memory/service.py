@@ -120,7 +120,7 @@ class MemoryService:
 
     async def count_unjournaled_refusal(self, organization_id: UUID, operation: str) -> None:
         """Count an ``invalid_input`` refusal the journal holds no row for (a record that does
-        not validate, a reused key, a call the database refused), for ``contextcore-memory
+        not validate, a reused key, a call the database refused), for ``contextcore memory
         health``. Raises what the database raises: an organization that does not exist."""
         async with self.database.writing(organization_id) as tenant:
             await tenant.execute(store.COUNT_REFUSAL, operation)

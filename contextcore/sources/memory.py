@@ -163,7 +163,7 @@ def _wanted(refs: list[MemorySubjectRef]) -> list[list[UUID]] | None:
 async def resolve(tenant: TenantConnection, refs: list[MemorySubjectRef]) -> set[tuple[str, UUID]]:
     """The ``(kind, id)`` of ``refs`` that name a row of this organization: one statement for
     every kind the application source resolves, never one per memory (inside a scope's
-    transaction: ``contextcore-memory health``)."""
+    transaction: ``contextcore memory health``)."""
     arrays = _wanted(refs)
     if arrays is None:
         return set()

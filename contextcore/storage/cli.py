@@ -1,23 +1,13 @@
-"""``contextcore-schema init | verify | provision``: the schema commands.
-
-* ``init`` applies pending migrations as the schema owner (``CONTEXTCORE_DATABASE_OWNER_URL``).
-* ``verify`` is read-only and checks the owner's view of the schema against the code.
-* ``provision`` creates the roles and the database (``contextcore/storage/provision.py``) as an
-  administrator (``CONTEXTCORE_DATABASE_ADMIN_URL``), for the owner and runtime URLs.
-
-Exit status (``contextcore.errors.exit_code``): 0; 1 with one line per problem when the schema
-does not match or PostgreSQL refuses; 2 when a setting is missing or the database unreachable.
-"""
+"""``contextcore schema``: the database schema commands."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 
 import asyncpg
 
-from contextcore.errors import run_command
+from contextcore.errors import command_parser, run_command
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect
@@ -49,12 +39,26 @@ async def _run(command: str, settings: DatabaseSettings) -> int:
         await conn.close()
 
 
+SCHEMA = """Create, migrate and check the database: roles, database, schema.
+
+  provision    create the roles and the database, as an administrator
+               (CONTEXTCORE_DATABASE_ADMIN_URL), for the owner's and the runtime's URLs
+  init         apply the pending migrations, as the schema owner
+               (CONTEXTCORE_DATABASE_OWNER_URL)
+  verify       read-only: check the owner's view of the schema against the code
+
+A schema that does not match prints one line per problem."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="contextcore-schema", description=__doc__)
+    """Provision the database, apply migrations, verify the schema."""
+    parser = command_parser(
+        "schema", SCHEMA, "contextcore schema provision", "contextcore schema init"
+    )
     parser.add_argument("command", choices=["init", "verify", "provision"])
     args = parser.parse_args(argv)
     return run_command(
-        "contextcore-schema",
+        "contextcore schema",
         lambda: asyncio.run(_run(args.command, DatabaseSettings())),
         expected=(asyncpg.PostgresError,),
     )

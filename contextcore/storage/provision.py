@@ -1,5 +1,5 @@
 """Provisioning: the roles and the database that migrations and services expect. Run once per
-cluster by an administrator (``contextcore-schema provision``), by the dev stack, and by the tests.
+cluster by an administrator (``contextcore schema provision``), by the dev stack, and by the tests.
 
 Three roles, two of them credentials (docs/tenancy.md):
 

@@ -144,7 +144,7 @@ async def test_consumer_refuses_to_serve_an_unmigrated_database(
 ) -> None:
     code, err = await run_serve(config.with_("database", url=empty_database.url))
     assert code == 1
-    assert "contextcore: refusing to serve: migration 00001_foundation is pending" in err
+    assert "contextcore serve: refusing to serve: migration 00001_foundation is pending" in err
     assert "Traceback" not in err
 
 
@@ -155,10 +155,10 @@ async def test_consumer_with_an_unreachable_broker_exits_with_one_line(
         "kafka", bootstrap_servers=f"127.0.0.1:{free_port()}", connect_timeout_s=2
     )
     code, err = await run_serve(settings)
-    assert code == 2
+    assert code == 3  # unavailable, not a usage error
     [line] = err.strip().splitlines()
     assert line.startswith(
-        f"contextcore: cannot reach the Kafka broker at {settings.kafka.bootstrap_servers}: "
+        f"contextcore serve: cannot reach the Kafka broker at {settings.kafka.bootstrap_servers}: "
     )
     assert "Traceback" not in err
 
@@ -174,7 +174,7 @@ async def test_a_consumer_started_with_the_owners_credential_exits_with_one_line
     assert process.returncode == 2
     [line] = err.decode().strip().splitlines()
     assert line == (
-        "contextcore: the database login may not become the service role 'contextcore_app' "
+        "contextcore serve: the database login may not become the service role 'contextcore_app' "
         "(permission denied to set role): CONTEXTCORE_DATABASE_URL must name the runtime "
         "login, a member of contextcore_app, never the schema owner or an administrator"
     )
@@ -184,7 +184,9 @@ async def test_consumer_without_settings_exits_with_one_line(config: Config) -> 
     settings = config.with_("kafka", bootstrap_servers=None)
     code, err = await run_serve(settings)
     assert code == 2
-    assert err.strip().startswith("contextcore: CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is not set")
+    assert err.strip().startswith(
+        "contextcore serve: CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is not set"
+    )
     assert len(err.strip().splitlines()) == 1
 
 
@@ -255,6 +257,6 @@ async def test_a_consumer_that_may_not_create_topics_names_the_missing_ones(
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2
     [line] = err.decode().strip().splitlines()
-    assert line.startswith("contextcore: topics missing on ")
+    assert line.startswith("contextcore serve: topics missing on ")
     assert config.topics.memory_write in line
     assert "CONTEXTCORE_KAFKA_CREATE_TOPICS=true" in line

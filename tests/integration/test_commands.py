@@ -1,4 +1,4 @@
-"""The operator's commands end to end: ``contextcore-dev demo`` and ``contextcore-build``."""
+"""The operator's commands end to end: ``contextcore dev demo`` and ``contextcore build``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import Config, Database, StartConsumer
-from tests.integration.helpers import run
+from tests.integration.helpers import free_port, run
 
 pytestmark = pytest.mark.integration
 
@@ -85,20 +85,32 @@ async def test_build_cli_publishes_json_files_and_prints_the_reply(
         )
     )
     env = config.environ()
+    # the installed `contextcore`, the broker named by its global option, not the environment
+    cli = str(Path(sys.executable).parent / "contextcore")
+    bare = {k: v for k, v in env.items() if k != "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS"}
     code, out, err = await run(
-        sys.executable, "-m", "producers.cli", str(request), str(policy), "--timeout", "60", env=env
-    )
+        cli, "--bootstrap-servers", config.bootstrap, "build", str(request), str(policy),
+        "--timeout", "60", env=bare,
+    )  # fmt: skip
     assert code == 0, err
     reply = json.loads(out)
     assert reply["status"] == "ok"
     assert reply["brief"]["items"] == []
 
+    nobody = f"127.0.0.1:{free_port()}"
+    code, out, err = await run(
+        cli, "--bootstrap-servers", nobody, "build", str(request), str(policy), env=bare
+    )
+    assert code == 3, err  # unavailable: neither a refusal (1) nor a usage error (2)
+    [line] = err.strip().splitlines()
+    assert line.startswith(f"contextcore build: cannot reach the Kafka broker at {nobody}")
+
     policy.write_text(json.dumps({"total_token_budget": "100", "sources": []}))
     code, out, err = await run(
-        sys.executable, "-m", "producers.cli", str(request), str(policy), env=env
+        sys.executable, "-m", "producers.build_cli", str(request), str(policy), env=env
     )
     assert code == 1
     assert err.strip() == (
-        "contextcore-build: invalid input: policy.total_token_budget: Input should be a valid "
+        "contextcore build: invalid input: policy.total_token_budget: Input should be a valid "
         "integer"
     )

@@ -1,4 +1,4 @@
-"""The admin commands as an operator runs them (``contextcore-knowledge`` in its own process):
+"""The admin commands as an operator runs them (``contextcore knowledge`` in its own process):
 failed sources and their retry, and the model switch's four steps in order (issue 8)."""
 
 from __future__ import annotations

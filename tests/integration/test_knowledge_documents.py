@@ -1,6 +1,6 @@
 """Documents an admin can list and delete (issue 18), on the real broker and PostgreSQL: uploaded
 through the upload topic to running consumers, listed and deleted through ``DocumentsClient``
-and ``contextcore-knowledge``, searched by the knowledge source."""
+and ``contextcore knowledge``, searched by the knowledge source."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``contextcore-schema`` against a real PostgreSQL, run as the operator runs it."""
+"""``contextcore schema`` against a real PostgreSQL, run as the operator runs it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 async def schema(command: str, owner_url: str | None, **extra: str) -> tuple[int, str, str]:
-    """``contextcore-schema COMMAND`` with the owner's URL (and ``extra`` settings) only."""
+    """``contextcore schema COMMAND`` with the owner's URL (and ``extra`` settings) only."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
     if owner_url is not None:
         env["CONTEXTCORE_DATABASE_OWNER_URL"] = owner_url
@@ -43,7 +43,7 @@ async def test_init_applies_every_migration_once_and_verify_then_passes(
     assert code == 1
     labels = [m.label for m in migrations.load_migrations()]
     assert err.splitlines() == [
-        f"contextcore-schema: migration {label} is pending" for label in labels
+        f"contextcore schema: migration {label} is pending" for label in labels
     ]
 
     code, out, _ = await schema("init", empty_database_url)
@@ -85,7 +85,7 @@ async def test_verify_fails_on_a_tampered_checksum(database: Database) -> None:
     code, _, err = await schema("verify", database_url)
     assert code == 1
     assert err.splitlines() == [
-        "contextcore-schema: migration 00001_foundation was modified after it was applied "
+        "contextcore schema: migration 00001_foundation was modified after it was applied "
         f"(recorded sha256 {'0' * 12}…, file {migrations.load_migrations()[0].checksum[:12]}…)"
     ]
     code, _, err = await schema("init", database_url)  # init refuses to build on a tampered past
@@ -118,18 +118,18 @@ async def test_verify_fails_on_a_pending_migration(database: Database) -> None:
     code, _, err = await schema("verify", database_url)
     assert (code, err.strip()) == (
         1,
-        "contextcore-schema: migration 00002_processed_messages is pending",
+        "contextcore schema: migration 00002_processed_messages is pending",
     )
 
 
-async def test_a_missing_or_unreachable_database_is_one_line_and_exit_2() -> None:
+async def test_a_missing_database_setting_exits_2_and_an_unreachable_one_3() -> None:
     code, _, err = await schema("verify", None)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
     assert "CONTEXTCORE_DATABASE_OWNER_URL is not set" in err
 
     code, _, err = await schema("verify", "postgresql://nobody:secret@127.0.0.1:1/none")
-    assert code == 2
+    assert code == 3
     assert len(err.strip().splitlines()) == 1
     assert "cannot reach the database at postgresql://nobody:***@127.0.0.1:1/none" in err
     assert "secret" not in err
@@ -162,7 +162,7 @@ async def test_a_postgresql_error_during_init_is_one_line_and_exit_1(
     assert "Traceback" not in err
     [line] = err.strip().splitlines()
     assert line.startswith(
-        "contextcore-schema: migration 00001_foundation failed and was not applied: "
+        "contextcore schema: migration 00001_foundation failed and was not applied: "
         "permission denied to create extension"
     )
 

@@ -62,7 +62,7 @@ def test_only_the_schema_jobs_hold_the_owner_credential() -> None:
     }
     assert holders == {"db-provision", "schema-init", "knowledge-indexer"}
     indexer = services["knowledge-indexer"]
-    assert indexer["command"][:2] == ["contextcore-knowledge", "index"]
+    assert indexer["command"][:3] == ["contextcore", "knowledge", "index"]
     assert set(indexer["environment"]) == {"CONTEXTCORE_DATABASE_OWNER_URL"}
 
 

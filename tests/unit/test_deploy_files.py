@@ -81,7 +81,9 @@ def test_services_hold_the_runtime_credential_and_never_the_owners() -> None:
     """Two credentials (issue 7): a consumer never holds the owner's or the admin's URL."""
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     serving = [
-        s for s in compose["services"].values() if s.get("command", [""])[0] == "contextcore"
+        s
+        for s in compose["services"].values()
+        if s.get("command", [])[:2] == ["contextcore", "serve"]
     ]
     assert serving
     for service in serving:
@@ -90,7 +92,7 @@ def test_services_hold_the_runtime_credential_and_never_the_owners() -> None:
     [init] = [
         s
         for s in compose["services"].values()
-        if s.get("command") == ["contextcore-schema", "init"]
+        if s.get("command") == ["contextcore", "schema", "init"]
     ]
     assert set(init["environment"]) == {"CONTEXTCORE_DATABASE_OWNER_URL"}
 
@@ -103,7 +105,7 @@ def test_services_hold_the_runtime_credential_and_never_the_owners() -> None:
                 for e in container.get("env", [])
                 if "secretKeyRef" in e.get("valueFrom", {})
             }
-            if container["command"][0] == "contextcore":
+            if container["command"][:2] == ["contextcore", "serve"]:
                 assert secrets == {"contextcore-database-runtime"}
             else:
                 assert secrets == {"contextcore-database-owner"}

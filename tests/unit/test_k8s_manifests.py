@@ -127,7 +127,7 @@ def test_each_consumer_is_probed_sized_and_holds_the_runtime_credential_only(
     (indexer,) = of_kind(objects, "CronJob").values()
     assert indexer["spec"]["concurrencyPolicy"] == "Forbid"
     (container,) = indexer["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
-    assert container["command"] == ["contextcore-knowledge", "index", "--apply"]
+    assert container["command"] == ["contextcore", "knowledge", "index", "--apply"]
     assert [e["valueFrom"]["secretKeyRef"]["name"] for e in container["env"]] == [
         "contextcore-database-owner"
     ]

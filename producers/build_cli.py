@@ -1,20 +1,14 @@
-"""``contextcore-build REQUEST.json POLICY.json``: publish one build request, print the reply.
-
-Exit status (``contextcore.errors.exit_code``): 0 with the reply as JSON on stdout; 1 with an
-error reply, or input that is not a valid request; 2 when the broker is unreachable or no reply
-came in time.
-"""
+"""``contextcore build``: publish one build request, print the reply."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
 from pathlib import Path
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import run_command
+from contextcore.errors import command_parser, run_command
 from producers.client import ContextClient
 from schemas.build import BuildRequestV1, parse_build_request
 
@@ -39,14 +33,23 @@ def _read(request_path: Path, policy_path: Path) -> BuildRequestV1:
     return envelope
 
 
+BUILD = """Publish one build request and print the reply as JSON.
+
+  REQUEST.json    a ContextRequest: subject, query, entities, conversation
+  POLICY.json     a ContextPolicy: the sources, their budgets, the total budget
+
+The files are read as the build consumer reads them (malformed entities are dropped)."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="contextcore-build", description=__doc__)
+    """Publish one build request and print the reply."""
+    parser = command_parser("build", BUILD, "contextcore build request.json policy.json")
     parser.add_argument("request", type=Path, help="a ContextRequest as JSON")
     parser.add_argument("policy", type=Path, help="a ContextPolicy as JSON")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait (10)")
     args = parser.parse_args(argv)
     return run_command(
-        "contextcore-build",
+        "contextcore build",
         lambda: asyncio.run(_send(_read(args.request, args.policy), args.timeout)),
         expected=(OSError, ValueError),
     )

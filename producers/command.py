@@ -1,0 +1,124 @@
+"""``contextcore``: the one command line. Each subcommand is an entry point of the group
+``contextcore.commands`` (pyproject.toml), found at run time: the client's commands live here in
+``producers/``, the service's (serve, policy, schema) in ``consumers/`` and ``contextcore/``, the
+dev stack's in ``devstack/``, and none of them imports another's.
+
+The global options come before the command and become the settings every command reads from its
+environment, so each command takes them alike.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from importlib.metadata import EntryPoint, entry_points
+
+from contextcore.errors import EXIT_STATUS, EXIT_USAGE
+
+GROUP = "contextcore.commands"
+
+Main = Callable[[list[str]], int]
+
+# option -> the setting it sets
+GLOBALS = {
+    "--bootstrap-servers": "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS",
+    "--database-url": "CONTEXTCORE_DATABASE_URL",
+}
+
+DESCRIPTION = """The context service for LLM agents: build briefs, upload documents, remember
+facts, run the consumers, manage the schema.
+
+usage: contextcore [global options] COMMAND [arguments]
+       contextcore COMMAND --help      the command's own options, with an example
+
+global options (before the command; each sets the setting named):
+  --bootstrap-servers HOST:PORT    the Kafka broker (CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS)
+  --database-url URL               the runtime login (CONTEXTCORE_DATABASE_URL)
+  -h, --help                       this help
+
+every other setting is read from its CONTEXTCORE_* variable (docs/operations.md)."""
+
+EXAMPLES = """examples:
+  contextcore dev up
+  contextcore build request.json policy.json
+  contextcore --bootstrap-servers kafka:9092 serve build"""
+
+
+def commands() -> dict[str, EntryPoint]:
+    """Every installed subcommand, by name."""
+    return {point.name: point for point in entry_points(group=GROUP)}
+
+
+def summary(point: EntryPoint) -> str:
+    """The first line of the command's docstring; why it cannot load, when it cannot."""
+    try:
+        run: Main = point.load()
+    except ImportError as error:  # the dev stack is only in a checkout of the repository
+        return f"(not available here: {error.name or error})"
+    return (run.__doc__ or "").strip().splitlines()[0] if run.__doc__ else ""
+
+
+def help_text(found: dict[str, EntryPoint]) -> str:
+    width = max((len(name) for name in found), default=0) + 4
+    lines = [f"  {name:<{width}}{summary(found[name])}" for name in sorted(found)]
+    return "\n\n".join([DESCRIPTION, "commands:\n" + "\n".join(lines), EXAMPLES, EXIT_STATUS])
+
+
+def split(argv: Sequence[str]) -> tuple[dict[str, str], str | None, list[str]]:
+    """``[global options] COMMAND [arguments]`` as (settings, command, its arguments).
+
+    Raises:
+        ValueError: a global option without its value, or an option that is not one.
+    """
+    settings: dict[str, str] = {}
+    index = 0
+    while index < len(argv) and argv[index].startswith("-"):
+        option, has_value, value = argv[index].partition("=")
+        if option in ("-h", "--help"):
+            return settings, None, []
+        if option not in GLOBALS:
+            raise ValueError(f"unknown global option {option} (global options go first)")
+        if not has_value:
+            index += 1
+            if index == len(argv) or argv[index].startswith("-"):
+                raise ValueError(f"{option} needs a value")
+            value = argv[index]
+        settings[GLOBALS[option]] = value
+        index += 1
+    if index == len(argv):
+        return settings, None, []
+    return settings, argv[index], list(argv[index + 1 :])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    found = commands()
+    try:
+        settings, name, rest = split(args)
+    except ValueError as error:
+        print(f"contextcore: {error}; see contextcore --help", file=sys.stderr)
+        return EXIT_USAGE
+    if name is None:
+        print(help_text(found))
+        return 0 if args else EXIT_USAGE  # `contextcore` alone is a usage error, with help
+    point = found.get(name)
+    if point is None:
+        known = ", ".join(sorted(found)) or "none installed"
+        print(f"contextcore: no command {name!r} (commands: {known})", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        run: Main = point.load()
+    except ImportError as error:
+        print(
+            f"contextcore {name}: not available here ({error}); the dev stack ships only in a "
+            "checkout of the repository",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    os.environ.update(settings)
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,119 @@
+"""The one command line (producers/command.py): its subcommands found through entry points, the
+global options, help written for a terminal, and exit statuses that tell a usage error, a
+refusal and an unavailable service apart."""
+
+from __future__ import annotations
+
+import os
+from importlib.metadata import EntryPoint
+
+import pytest
+
+from contextcore.errors import (
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    ConfigurationError,
+    InfrastructureUnavailable,
+    PublishFailed,
+    ReplyTimeout,
+    RequestRefused,
+    SchemaError,
+    exit_code,
+)
+from producers import command
+from producers.knowledge import DocumentTooLarge
+
+EXPECTED = {"build", "upload", "knowledge", "memory", "serve", "policy", "schema", "dev"}
+
+seen: list[tuple[list[str], str | None]] = []
+
+
+def echo(argv: list[str]) -> int:
+    """Record what the command was given."""
+    seen.append((argv, os.environ.get("CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS")))
+    return 7
+
+
+def test_every_command_is_installed_under_the_one_cli() -> None:
+    assert set(command.commands()) == EXPECTED
+
+
+def test_the_global_options_go_first_and_become_settings() -> None:
+    assert command.split(["--bootstrap-servers", "k:9092", "build", "a", "--timeout", "3"]) == (
+        {"CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": "k:9092"},
+        "build",
+        ["a", "--timeout", "3"],
+    )
+    assert command.split(["--database-url=postgresql://x", "serve", "build"]) == (
+        {"CONTEXTCORE_DATABASE_URL": "postgresql://x"},
+        "serve",
+        ["build"],
+    )
+    assert command.split(["build", "--help"]) == ({}, "build", ["--help"])
+    assert command.split(["--help"]) == ({}, None, [])
+    for wrong in (["--bootstrap-servers"], ["--bootstrap-servers", "--help"]):
+        with pytest.raises(ValueError, match="needs a value"):
+            command.split(wrong)
+    with pytest.raises(ValueError, match="unknown global option --verbose"):
+        command.split(["--verbose", "build"])
+
+
+def test_a_command_runs_with_the_global_settings_and_its_own_arguments(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS", "before")  # restored after
+    fake = EntryPoint("echo", f"{__name__}:echo", command.GROUP)
+    monkeypatch.setattr(command, "commands", lambda: {"echo": fake})
+    seen.clear()
+    assert command.main(["--bootstrap-servers", "k:1", "echo", "x", "--y"]) == 7
+    assert seen == [(["x", "--y"], "k:1")]
+
+
+def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert command.main(["no-such-command"]) == EXIT_USAGE
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("contextcore: no command 'no-such-command' (commands: build, ")
+    assert command.main(["--nope", "build"]) == EXIT_USAGE
+    assert command.main([]) == EXIT_USAGE  # the help, on stdout, and a usage status
+    assert "commands:" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exited:  # argparse's own usage error in a subcommand
+        command.main(["build"])
+    assert exited.value.code == EXIT_USAGE
+
+
+def test_the_help_lists_every_command_with_a_line_of_its_own(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert command.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in EXPECTED:
+        [line] = [line for line in out.splitlines() if line.startswith(f"  {name} ")]
+        assert len(line.split(maxsplit=1)) == 2, line  # a summary beside the name
+    assert "exit status:" in out
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_commands_help_is_plain_text_with_an_example(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        command.main([name, "--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: contextcore {name} ")
+    assert "``" not in out  # no reStructuredText
+    assert ":class:" not in out
+    assert f"contextcore {name}" in out.split("example", 1)[1]
+    assert "  3    unavailable" in out
+
+
+def test_the_exit_status_tells_usage_refusal_and_unavailable_apart() -> None:
+    assert exit_code(ConfigurationError("CONTEXTCORE_X is not set")) == EXIT_USAGE
+    assert exit_code(InfrastructureUnavailable("no broker")) == EXIT_UNAVAILABLE
+    assert exit_code(PublishFailed("not taken")) == EXIT_UNAVAILABLE
+    assert exit_code(ReplyTimeout("no reply")) == EXIT_UNAVAILABLE
+    assert exit_code(RequestRefused("invalid_request", "no")) == EXIT_REFUSED
+    assert exit_code(DocumentTooLarge("too big")) == EXIT_REFUSED
+    assert exit_code(SchemaError(["migration 00001 is pending"])) == EXIT_REFUSED
+    assert exit_code(KeyboardInterrupt()) == 130
