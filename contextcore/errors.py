@@ -153,12 +153,21 @@ EXIT_STATUS = f"""exit status:
 """The epilog every command's help ends with."""
 
 
+_UNAVAILABLE_SQLSTATES = frozenset({"53300", "57P01", "57P02", "57P03"})
+"""too_many_connections, admin_shutdown, crash_shutdown, cannot_connect_now: the database is
+there but will not take this command now (asyncpg's errors carry the code as ``sqlstate``)."""
+
+
 def exit_code(error: BaseException) -> int:
     """The exit status for ``error``: a script can tell a refusal (retrying will not help)
     from an unavailable service (retrying later may) and from its own wrong invocation."""
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
-    if isinstance(error, InfrastructureUnavailable | ReplyTimeout):
+    if isinstance(error, InfrastructureUnavailable | ReplyTimeout | ConnectionError | TimeoutError):
+        return EXIT_UNAVAILABLE
+    if getattr(error, "sqlstate", None) in _UNAVAILABLE_SQLSTATES or str(
+        getattr(error, "sqlstate", "")
+    ).startswith("08"):  # PostgreSQL's connection exceptions (class 08), by code
         return EXIT_UNAVAILABLE
     if isinstance(error, ConfigurationError):
         return EXIT_USAGE

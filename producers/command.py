@@ -29,12 +29,13 @@ GLOBALS = {
 DESCRIPTION = """The context service for LLM agents: build briefs, upload documents, remember
 facts, run the consumers, manage the schema.
 
-usage: contextcore [global options] COMMAND [arguments]
+usage: contextcore [global options] [--] COMMAND [arguments]
        contextcore COMMAND --help      the command's own options, with an example
 
 global options (before the command; each sets the setting named):
   --bootstrap-servers HOST:PORT    the Kafka broker (CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS)
-  --database-url URL               the runtime login (CONTEXTCORE_DATABASE_URL)
+  --database-url URL               the runtime login (CONTEXTCORE_DATABASE_URL; prefer the
+                                   variable: a password on the command line is visible to ps)
   -h, --help                       this help
 
 every other setting is read from its CONTEXTCORE_* variable (docs/operations.md)."""
@@ -54,8 +55,8 @@ def summary(point: EntryPoint) -> str:
     """The first line of the command's docstring; why it cannot load, when it cannot."""
     try:
         run: Main = point.load()
-    except ImportError as error:  # the dev stack is only in a checkout of the repository
-        return f"(not available here: {error.name or error})"
+    except Exception as error:  # the dev stack is only in a checkout of the repository
+        return f"(not available here: {type(error).__name__}: {error})"
     return (run.__doc__ or "").strip().splitlines()[0] if run.__doc__ else ""
 
 
@@ -66,7 +67,8 @@ def help_text(found: dict[str, EntryPoint]) -> str:
 
 
 def split(argv: Sequence[str]) -> tuple[dict[str, str], str | None, list[str]]:
-    """``[global options] COMMAND [arguments]`` as (settings, command, its arguments).
+    """``[global options] [--] COMMAND [arguments]`` as (settings, command, its arguments);
+    no command when the help is asked for, or none is given.
 
     Raises:
         ValueError: a global option without its value, or an option that is not one.
@@ -74,8 +76,11 @@ def split(argv: Sequence[str]) -> tuple[dict[str, str], str | None, list[str]]:
     settings: dict[str, str] = {}
     index = 0
     while index < len(argv) and argv[index].startswith("-"):
+        if argv[index] == "--":
+            index += 1
+            break
         option, has_value, value = argv[index].partition("=")
-        if option in ("-h", "--help"):
+        if argv[index] in ("-h", "--help"):
             return settings, None, []
         if option not in GLOBALS:
             raise ValueError(f"unknown global option {option} (global options go first)")
@@ -84,6 +89,8 @@ def split(argv: Sequence[str]) -> tuple[dict[str, str], str | None, list[str]]:
             if index == len(argv) or argv[index].startswith("-"):
                 raise ValueError(f"{option} needs a value")
             value = argv[index]
+        if not value:
+            raise ValueError(f"{option} needs a value")
         settings[GLOBALS[option]] = value
         index += 1
     if index == len(argv):
@@ -100,8 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"contextcore: {error}; see contextcore --help", file=sys.stderr)
         return EXIT_USAGE
     if name is None:
-        print(help_text(found))
-        return 0 if args else EXIT_USAGE  # `contextcore` alone is a usage error, with help
+        if any(arg in ("-h", "--help") for arg in args):
+            print(help_text(found))
+            return 0
+        print(help_text(found), file=sys.stderr)  # no command: a usage error, with the help
+        return EXIT_USAGE
     point = found.get(name)
     if point is None:
         known = ", ".join(sorted(found)) or "none installed"
@@ -110,8 +120,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run: Main = point.load()
     except ImportError as error:
+        if name != "dev":
+            raise  # a broken install: its traceback says what is missing
         print(
-            f"contextcore {name}: not available here ({error}); the dev stack ships only in a "
+            f"contextcore dev: not available here ({error}); the dev stack ships only in a "
             "checkout of the repository",
             file=sys.stderr,
         )

@@ -294,8 +294,10 @@ class ConsumerApp:
             probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await probe
-            await self.journal.close()
-            await pool.close()
+            try:
+                await self.journal.close()
+            finally:
+                await pool.close()
 
     def ready(self) -> bool:
         """Started, not shutting down, and the database answers."""

@@ -211,32 +211,49 @@ class PostgresJournal:
         )
 
     async def forget(self, positions: Mapping[TopicPartition, int]) -> None:
-        """Remember the committed positions; the delete follows within ``forget_delay_s``."""
-        for partition, committed in positions.items():
-            if committed > self._committed.get(partition, -1):
-                self._committed[partition] = committed
+        """Remember the committed positions; their delete follows within ``forget_delay_s``."""
+        self._remember(positions)
         if self._forgetting is None or self._forgetting.done():
             self._forgetting = asyncio.create_task(self._forget_later())
 
+    def _remember(self, positions: Mapping[TopicPartition, int]) -> None:
+        for partition, committed in positions.items():
+            if committed > self._committed.get(partition, -1):  # never undo a newer commit
+                self._committed[partition] = committed
+
     async def _forget_later(self) -> None:
-        await asyncio.sleep(self.forget_delay_s)
-        await self.flush()
+        """Until nothing waits: a delay, then one delete for all that was remembered meanwhile
+        (a commit remembered during a delete goes with the next)."""
+        while self._committed:
+            await asyncio.sleep(self.forget_delay_s)
+            await self.flush()
 
     async def flush(self) -> None:
-        """Delete now the rows below every committed position remembered so far."""
+        """Delete now the rows below every committed position remembered so far. What the
+        database did not take (it did not answer, or the delete was cancelled) is remembered
+        again for the next delete."""
         committed, self._committed = self._committed, {}
         by_topic: dict[str, list[tuple[int, int]]] = {}
         for (topic, partition), position in committed.items():
             by_topic.setdefault(topic, []).append((partition, position))
-        for topic, pairs in by_topic.items():
-            await self._run(FORGET, self.group, topic, [p for p, _ in pairs], [c for _, c in pairs])
+        deleted: set[str] = set()
+        try:
+            for topic, pairs in by_topic.items():
+                await self._run(
+                    FORGET, self.group, topic, [p for p, _ in pairs], [c for _, c in pairs]
+                )
+                if self.available:  # _run fails open: no rows, and not available
+                    deleted.add(topic)
+        finally:
+            self._remember({tp: c for tp, c in committed.items() if tp[0] not in deleted})
 
     async def close(self) -> None:
         """Write the deletes still waiting (a stopping member commits last)."""
-        if self._forgetting is not None and not self._forgetting.done():
-            self._forgetting.cancel()
+        task = self._forgetting
+        if task is not None and not task.done():
+            task.cancel()  # a delete it was sending is remembered again (flush)
             with contextlib.suppress(asyncio.CancelledError):
-                await self._forgetting
+                await task
         await self.flush()
 
     async def check(self) -> bool:

@@ -55,6 +55,7 @@ async def test_starts_are_counted_across_processes_and_forgotten_once_committed(
         'SELECT consumer_group, "offset" FROM delivery_starts ORDER BY consumer_group, "offset"'
     )
     assert [tuple(r) for r in rows] == [("g", 9), ("h", 7)]
+    await again.close()
 
 
 async def test_commits_are_forgotten_together_after_the_delay_and_on_close(

@@ -52,7 +52,8 @@ def test_the_global_options_go_first_and_become_settings() -> None:
     )
     assert command.split(["build", "--help"]) == ({}, "build", ["--help"])
     assert command.split(["--help"]) == ({}, None, [])
-    for wrong in (["--bootstrap-servers"], ["--bootstrap-servers", "--help"]):
+    assert command.split(["--", "build", "-x"]) == ({}, "build", ["-x"])
+    for wrong in (["--bootstrap-servers"], ["--bootstrap-servers", "-x"], ["--database-url="]):
         with pytest.raises(ValueError, match="needs a value"):
             command.split(wrong)
     with pytest.raises(ValueError, match="unknown global option --verbose"):
@@ -75,8 +76,9 @@ def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -
     [line] = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("contextcore: no command 'no-such-command' (commands: build, ")
     assert command.main(["--nope", "build"]) == EXIT_USAGE
-    assert command.main([]) == EXIT_USAGE  # the help, on stdout, and a usage status
-    assert "commands:" in capsys.readouterr().out
+    assert command.main([]) == EXIT_USAGE  # no command: the help on stderr, a usage status
+    assert "commands:" in capsys.readouterr().err
+    assert command.main(["--bootstrap-servers", "k:1"]) == EXIT_USAGE
     with pytest.raises(SystemExit) as exited:  # argparse's own usage error in a subcommand
         command.main(["build"])
     assert exited.value.code == EXIT_USAGE
@@ -117,3 +119,8 @@ def test_the_exit_status_tells_usage_refusal_and_unavailable_apart() -> None:
     assert exit_code(DocumentTooLarge("too big")) == EXIT_REFUSED
     assert exit_code(SchemaError(["migration 00001 is pending"])) == EXIT_REFUSED
     assert exit_code(KeyboardInterrupt()) == 130
+    assert exit_code(ConnectionRefusedError()) == EXIT_UNAVAILABLE  # an object store, say
+    assert exit_code(FileNotFoundError()) == EXIT_REFUSED
+    for sqlstate in ("08006", "57P03", "53300"):  # as asyncpg's errors carry it
+        assert exit_code(type("PgError", (Exception,), {"sqlstate": sqlstate})()) == 3
+    assert exit_code(type("PgError", (Exception,), {"sqlstate": "42501"})()) == EXIT_REFUSED

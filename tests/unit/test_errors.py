@@ -10,7 +10,7 @@ from pathlib import Path
 import contextcore.errors
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("contextcore", "schemas", "broker", "consumers", "producers")
+PACKAGES = ("contextcore", "schemas", "broker", "consumers", "producers", "devstack")
 
 
 def _builtin_exception(name: str) -> bool:
