@@ -10,11 +10,7 @@ from typing import Any
 from contextcore.errors import InfrastructureUnavailable
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import (
-    KNOWLEDGE_MODELS_CHANNEL,
-    KnowledgeContextSource,
-    LiveModels,
-)
+from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
 from contextcore.registry import ContextSourceRegistry
 from contextcore.sources import definition_summary, dossier
 from contextcore.sources.application import ApplicationContextSource
@@ -22,6 +18,7 @@ from contextcore.sources.cache import TenantCache
 from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource, Fact
+from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.sources.memory import DropReason, MemoryContextSource
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase

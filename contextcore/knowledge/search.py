@@ -1,12 +1,11 @@
-"""``knowledge``: hybrid search over ready knowledge chunks, as context items, by document.
+"""Hybrid search over ready knowledge chunks, by document: what the knowledge source
+(``contextcore/sources/knowledge.py``) reads.
 
 One read per live model: ``knowledge_search`` (migration 00017), SECURITY INVOKER, in the
 subject's organization scope, which filters the organization explicitly, reads ready sources
 only and chunks of the model the query was embedded with only, and refuses a scope whose live
-model is another. Candidates come from the vector side and from the full text of
-``request.query``; documents are ranked by their best chunk (docs/knowledge.md, measured by
-``bench/quality.py``). ``include_organization`` and ``include_platform`` choose the scopes (both
-false by default: a policy opts in).
+model is another. Candidates come from the vector side and from the full text of the query;
+documents are ranked by their best chunk (docs/knowledge.md, measured by ``bench/quality.py``).
 
 Models per scope (CLARIFICATIONS 17): the live model of both scopes is read once, in one
 statement, and the query is embedded with each model that is live (one encode when both scopes
@@ -17,44 +16,24 @@ platform document embedded under every model an organization uses, would multipl
 platform's storage and ingest by the organizations' choices.) A live model this process cannot
 encode fails the source; a flip between the read and the search is searched again, once, in
 a new transaction.
-
-``spec.limit`` counts documents (CLARIFICATIONS 18; default 8, the Front Door's decision; 0
-reads nothing); each brings its ``chunks_per_document`` best chunks. ``results: chunks`` makes
-the limit count chunks instead. Each chunk is one item: title ``<section>`` (or the document's),
-body the passage, ``ref`` the chunk (``knowledge_chunk``, citable, labelled with the document's
-title), no subject key (a chunk's subject is too broad to name).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
 from uuid import UUID
 
 import asyncpg
-from pydantic import BaseModel, ConfigDict, Field
 
 from contextcore.errors import ContextcoreError
 from contextcore.knowledge.queries import QueryVectors
-from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.cache import TenantCache
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase, TenantQuery
 
-DEFAULT_LIMIT = 8
 MAX_QUERY_CHARS = 2_000
 MODEL_MOVED = "CC001"
 """SQLSTATE of ``knowledge_search`` when a scope's live model is not the query's."""
-
-
-class KnowledgeOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    include_platform: bool = Field(default=False, strict=True)
-    include_organization: bool = Field(default=False, strict=True)
-    results: Literal["documents", "chunks"] = "documents"
-    """What ``limit`` counts: documents (each with its best chunks) or chunks."""
-    chunks_per_document: int = Field(default=1, ge=1, le=5, strict=True)
 
 
 @dataclass(frozen=True)
@@ -252,62 +231,3 @@ def merge(rankings: Sequence[Sequence[Hit]], limit: int) -> list[Hit]:
             ranks[key] = len(ranks) + 1
         merged.append(replace(hit, document_rank=ranks[key]))
     return merged
-
-
-class KnowledgeContextSource:
-    name = "knowledge"
-    options_schema: type[BaseModel] = KnowledgeOptions
-
-    def __init__(
-        self,
-        database: TenantDatabase,
-        vectors: QueryVectors,
-        models: TenantCache[LiveModels] | None = None,
-        tuning: SearchTuning = SearchTuning(),
-    ) -> None:
-        """``vectors`` embeds the query with the process's shared encoder of a model (loaded
-        on first use); ``models`` caches each organization's live models (``None``: read them
-        every time)."""
-        self.database = database
-        self.vectors = vectors
-        self.models = models
-        self.tuning = tuning
-
-    async def retrieve(self, request: ContextRequest, spec: ContextSourceSpec) -> list[ContextItem]:
-        options = KnowledgeOptions.model_validate(spec.options)
-        limit = DEFAULT_LIMIT if spec.limit is None else spec.limit
-        if limit == 0 or not request.query.strip():
-            return []
-        if not (options.include_platform or options.include_organization):
-            return []
-        for attempt in (1, 2):
-            try:
-                hits = await search(
-                    self.database,
-                    request.subject.organization_id,
-                    self.vectors,
-                    request.query,
-                    include_platform=options.include_platform,
-                    include_organization=options.include_organization,
-                    limit=limit,
-                    per_document=(
-                        options.chunks_per_document if options.results == "documents" else None
-                    ),
-                    tuning=self.tuning,
-                    models=self.models,
-                )
-                break
-            except ModelMoved:
-                if attempt == 2:
-                    raise
-        return [
-            ContextItem(
-                source=self.name,
-                kind="knowledge",
-                title=hit.section or hit.title,
-                body=hit.text,
-                ref=ResourceRef(kind="knowledge_chunk", id=str(hit.chunk_id), label=hit.title),
-                rank_in_section=rank,
-            )
-            for rank, hit in enumerate(hits)
-        ]

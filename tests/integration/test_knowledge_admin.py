@@ -15,8 +15,8 @@ from broker.topics import ensure_topics, upload_topics
 from contextcore.knowledge import admin as admin_steps
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.knowledge.settings import Encoders, ExtraModel
+from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.knowledge import KnowledgeClient, UploadFailed

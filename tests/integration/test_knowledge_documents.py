@@ -12,7 +12,7 @@ import pytest
 from contextcore.knowledge import store
 from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
 from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import KnowledgeContextSource
+from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from producers.documents import DocumentsClient
 from schemas.upload import EmbedBatchV1, EmbedChunkV1

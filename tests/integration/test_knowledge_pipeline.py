@@ -16,8 +16,8 @@ import pytest
 from broker.topics import upload_topics
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import KnowledgeContextSource
 from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient, UploadFailed, UploadSuperseded
