@@ -43,16 +43,16 @@ def _check_policy(path: Path) -> int:
 
 def _serve(consumer: str) -> int:
     if consumer == "sweep":
-        from consumers.sweep.app import serve as serve_sweep
+        from consumers.knowledge.sweep.app import serve as serve_sweep
 
         asyncio.run(serve_sweep())
         return 0
     if consumer == "upload":
-        from consumers.upload.app import create_app as create_upload
+        from consumers.knowledge.upload.app import create_app as create_upload
 
         app = create_upload()
     elif consumer == "embed":
-        from consumers.embed.app import create_app as create_embed
+        from consumers.knowledge.embed.app import create_app as create_embed
 
         app = create_embed()
     elif consumer == "memory":

@@ -20,12 +20,12 @@ import yaml
 from broker.settings import KafkaSettings, TopicSettings
 from consumers.build.app import create_app as build_app
 from consumers.build.settings import BuildSettings
-from consumers.embed.app import create_app as embed_app
-from consumers.embed.settings import EmbedSettings
+from consumers.knowledge.embed.app import create_app as embed_app
+from consumers.knowledge.embed.settings import EmbedSettings
+from consumers.knowledge.upload.app import create_app as upload_app
+from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.app import create_app as memory_app
 from consumers.memory.settings import MemorySettings
-from consumers.upload.app import create_app as upload_app
-from consumers.upload.settings import UploadSettings
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 

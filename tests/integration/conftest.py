@@ -35,9 +35,9 @@ import pytest
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics, build_topics, ensure_topics
 from consumers.build.settings import BuildSettings
-from consumers.embed.settings import EmbedSettings
+from consumers.knowledge.embed.settings import EmbedSettings
+from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
-from consumers.upload.settings import UploadSettings
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings, environ

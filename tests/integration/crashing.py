@@ -46,11 +46,11 @@ def create(consumer: str) -> ConsumerApp:
 
         return build()
     if consumer == "upload":
-        from consumers.upload.app import create_app as upload
+        from consumers.knowledge.upload.app import create_app as upload
 
         return upload()
     if consumer == "embed":
-        from consumers.embed.app import create_app as embed
+        from consumers.knowledge.embed.app import create_app as embed
 
         return embed()
     from consumers.memory.app import create_app as memory

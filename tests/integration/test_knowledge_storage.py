@@ -565,8 +565,8 @@ async def _plan(admin: asyncpg.Connection, organization: uuid.UUID, vector: np.n
 async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
     admin: asyncpg.Connection, tenants: None, database: Database, config: Config
 ) -> None:
+    from consumers.knowledge.sweep.app import Sweeper, SweepSettings
     from consumers.runtime.kafka import AiokafkaPublisher
-    from consumers.sweep.app import Sweeper, SweepSettings
     from contextcore.settings import DatabaseSettings
     from tests.integration.helpers import read_json
 
@@ -813,7 +813,7 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
     rebuilds one a failed concurrent build left invalid), keeps it while the tenant stays above
     half the threshold and drops it below; the sweep's gauge counts the tenants still without
     one, by the index's name as indexes.index_name gives it."""
-    from consumers.sweep.app import Sweeper, SweepSettings
+    from consumers.knowledge.sweep.app import Sweeper, SweepSettings
     from contextcore.settings import DatabaseSettings
     from tests.integration.test_knowledge_admin import command
 

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator, Awaitable
 import asyncpg
 import pytest
 
+from consumers.knowledge.sweep.app import Sweeper, SweepSettings
 from consumers.runtime.journal import PostgresJournal, Prior
 from consumers.runtime.records import Position
-from consumers.sweep.app import Sweeper, SweepSettings
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE

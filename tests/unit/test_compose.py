@@ -12,10 +12,10 @@ import yaml
 from pydantic_settings import BaseSettings
 
 from consumers.build.settings import BuildSettings
-from consumers.embed.settings import EmbedSettings
+from consumers.knowledge.embed.settings import EmbedSettings
+from consumers.knowledge.sweep.app import SweepSettings
+from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
-from consumers.sweep.app import SweepSettings
-from consumers.upload.settings import UploadSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSUMERS: dict[str, type[BaseSettings]] = {

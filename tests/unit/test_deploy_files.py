@@ -11,10 +11,10 @@ import yaml
 
 from broker.settings import KafkaSettings, TopicSettings
 from consumers.build.settings import BuildSettings
-from consumers.embed.settings import EmbedSettings
+from consumers.knowledge.embed.settings import EmbedSettings
+from consumers.knowledge.sweep.app import SweepSettings
+from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
-from consumers.sweep.app import SweepSettings
-from consumers.upload.settings import UploadSettings
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 

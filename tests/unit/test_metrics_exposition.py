@@ -7,11 +7,11 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from consumers.build.metrics import BuildMetrics
-from consumers.embed.metrics import EmbedMetrics
+from consumers.knowledge.embed.metrics import EmbedMetrics
+from consumers.knowledge.sweep.app import Sweeper, SweepSettings
+from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
-from consumers.sweep.app import Sweeper, SweepSettings
-from consumers.upload.metrics import UploadMetrics
 from contextcore.models import ContextBrief
 from contextcore.settings import DatabaseSettings
 from devstack.prometheus import check_metrics

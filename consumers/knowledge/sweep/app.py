@@ -26,6 +26,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from broker.settings import KafkaSettings
+from consumers.knowledge import replies
 from consumers.runtime import journal
 from consumers.runtime.database import verify_schema
 from consumers.runtime.delivery import Health, Publisher, PublishError
@@ -38,8 +39,6 @@ from contextcore.settings import DatabaseSettings
 from contextcore.storage import ledger
 from contextcore.storage.pool import connect
 from contextcore.storage.tenancy import service_role
-from schemas.envelope import printable
-from schemas.upload import UploadStatusV1
 
 log = logging.getLogger("contextcore.sweep")
 
@@ -163,12 +162,7 @@ class Sweeper:
     async def _tell(self, row: store.Swept) -> None:
         if row.reply_to is None or row.correlation_id is None:
             return
-        message = UploadStatusV1(
-            correlation_id=row.correlation_id,
-            status="failed",
-            source_id=row.source_id,
-            reason=printable(row.reason),
-        )
+        message = replies.swept(row.source_id, row.reason, row.correlation_id)
         try:
             await self.publisher.publish(
                 row.reply_to,

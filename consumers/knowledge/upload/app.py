@@ -1,6 +1,6 @@
 """The upload consumer's FastStream application.
 
-    faststream run consumers.upload.app:app     (or: contextcore serve upload)
+    faststream run consumers.knowledge.upload.app:app     (or: contextcore serve upload)
 
 It extracts and chunks in bounded worker processes (:mod:`contextcore.knowledge.sandbox`; no
 model is loaded, only the model's tokenizer), so it stays small and a hostile document can only
@@ -14,13 +14,13 @@ from contextlib import asynccontextmanager
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import upload_topics
+from consumers.knowledge.upload.handler import UploadHandler
+from consumers.knowledge.upload.metrics import UploadMetrics
+from consumers.knowledge.upload.settings import UploadSettings
 from consumers.runtime.app import Channel, ConsumerApp, lazy_app
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
-from consumers.upload.handler import UploadHandler
-from consumers.upload.metrics import UploadMetrics
-from consumers.upload.settings import UploadSettings
 from contextcore.knowledge.extract import Limits
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.knowledge.objects import ObjectReader

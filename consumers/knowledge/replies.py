@@ -1,9 +1,10 @@
-"""A knowledge source's state as the status reply its uploader reads (upload, embed and sweep
-consumers all answer with it)."""
+"""A knowledge source's state as the status reply its uploader reads: the upload, embedding and
+sweep consumers all answer through these, so a status means the same whoever sends it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from uuid import UUID
 
 from consumers.runtime.records import Reply
 from contextcore.knowledge.store import SourceState, Superseded
@@ -40,6 +41,16 @@ def rejected(correlation_id: str, reason: str, details: list[str] | None = None)
         status="rejected",
         reason=printable(reason)[:2_000],
         details=[printable(d)[:2_000] for d in (details or [])[:50]],
+    )
+
+
+def swept(source_id: UUID, reason: str, correlation_id: str) -> UploadStatusV1:
+    """The final status of a source the sweep failed (pending too long)."""
+    return UploadStatusV1(
+        correlation_id=correlation_id,
+        status="failed",
+        source_id=source_id,
+        reason=printable(reason),
     )
 
 

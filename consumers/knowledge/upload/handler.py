@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import logging
 
+from consumers.knowledge.replies import rejected, reply, status_of, superseded
+from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.delivery import Publisher, PublishError
 from consumers.runtime.records import (
@@ -32,8 +34,6 @@ from consumers.runtime.records import (
     Retry,
     Stopwatch,
 )
-from consumers.upload.metrics import UploadMetrics
-from consumers.upload.replies import rejected, reply, status_of, superseded
 from contextcore.knowledge.ingest import Batch, Ingestion, Prepared, Reingest, Upload
 from contextcore.knowledge.objects import ObjectError, ObjectUnavailable
 from contextcore.knowledge.store import Superseded

@@ -15,9 +15,9 @@ import time
 
 from pydantic import ValidationError
 
-from consumers.embed.metrics import EmbedMetrics
+from consumers.knowledge.embed.metrics import EmbedMetrics
+from consumers.knowledge.replies import reply, status_of
 from consumers.runtime.records import DeadLetter, Done, Inbound, Outcome, Reply, Stopwatch
-from consumers.upload.replies import reply, status_of
 from contextcore.errors import validation_lines
 from contextcore.knowledge.embed import Embedder, PassageIn, UnknownModel
 from schemas import wire

@@ -1,6 +1,6 @@
 """The embedding group's FastStream application: its own topic, its own group, scaled on its own.
 
-    faststream run consumers.embed.app:app     (or: contextcore serve embed)
+    faststream run consumers.knowledge.embed.app:app     (or: contextcore serve embed)
 
 The model loads once at start-up (an OpenVINO export is cached under
 ``CONTEXTCORE_KNOWLEDGE_CACHE_DIR``) before the first batch is fetched.
@@ -14,9 +14,9 @@ from contextlib import asynccontextmanager
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import embed_topics
-from consumers.embed.handler import EmbedHandler
-from consumers.embed.metrics import EmbedMetrics
-from consumers.embed.settings import EmbedSettings
+from consumers.knowledge.embed.handler import EmbedHandler
+from consumers.knowledge.embed.metrics import EmbedMetrics
+from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.runtime.app import Channel, ConsumerApp, lazy_app
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
