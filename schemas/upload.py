@@ -27,6 +27,7 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
+from contextcore.knowledge.chunk import Chunk
 from schemas.envelope import CorrelationId, Envelope, TopicName
 
 SCHEMA_VERSION = 1
@@ -159,12 +160,24 @@ class UploadStatusV1(BaseModel):
 
 
 class EmbedChunkV1(BaseModel):
+    """One chunk of a document on the wire: the upload consumer writes its chunks so, and the
+    embedding group reads them back as chunks (contextcore/knowledge/chunk.py)."""
+
     model_config = ConfigDict(extra="forbid")
 
     ordinal: Annotated[int, Field(ge=0, le=10_000_000)]
     section: Annotated[str, Field(max_length=4_000)]
     text: Annotated[str, Field(min_length=1, max_length=100_000)]
     tokens: Annotated[int, Field(ge=1, le=100_000)]
+
+    @classmethod
+    def of(cls, chunk: Chunk) -> EmbedChunkV1:
+        return cls(
+            ordinal=chunk.ordinal, section=chunk.section, text=chunk.text, tokens=chunk.tokens
+        )
+
+    def chunk(self) -> Chunk:
+        return Chunk(self.ordinal, self.section, self.text, self.tokens)
 
 
 class EmbedBatchV1(BaseModel):

@@ -9,21 +9,13 @@ nothing and a batch of a superseded generation change nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from uuid import UUID
 
 from contextcore.errors import ContextcoreError
 from contextcore.knowledge import store
+from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.encoder import CoalescingEncoder, Encoder
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
-
-
-@dataclass(frozen=True)
-class PassageIn:
-    ordinal: int
-    section: str
-    text: str
-    tokens: int
 
 
 class UnknownModel(ContextcoreError, LookupError):
@@ -41,16 +33,12 @@ class Embedder:
         source_id: UUID,
         generation: int,
         model: str,
-        passages: Sequence[PassageIn],
+        chunks: Sequence[Chunk],
     ) -> store.BatchResult:
         encoder = self.encoders.get(model)
         if encoder is None:
             raise UnknownModel(f"this process embeds with {sorted(self.encoders)}, not {model!r}")
-        vectors = await encoder.encode([p.text for p in passages])
-        chunks = [
-            store.StoredChunk(p.ordinal, p.section, p.text, p.tokens, vector)
-            for p, vector in zip(passages, vectors, strict=True)
-        ]
+        vectors = await encoder.encode([chunk.text for chunk in chunks])
         scope = organization_id if organization_id is not None else PLATFORM
         async with self.database.writing(scope) as tenant:
-            return await store.store_batch(tenant, source_id, model, generation, chunks)
+            return await store.store_batch(tenant, source_id, model, generation, chunks, vectors)

@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 from uuid import UUID
 
+from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.extract import Section
 from contextcore.storage import ledger
 from contextcore.storage.tenancy import (
@@ -93,15 +94,6 @@ class Accepted:
     replaced: Superseded | None
     """The generation it replaced when that one was still pending and its uploader waits on
     another address than this one's; ``None`` otherwise."""
-
-
-@dataclass(frozen=True)
-class StoredChunk:
-    ordinal: int
-    section: str
-    text: str
-    tokens: int
-    embedding: Sequence[float]
 
 
 @dataclass(frozen=True)
@@ -506,9 +498,13 @@ async def store_batch(
     source_id: UUID,
     model: str,
     generation: int,
-    chunks: Sequence[StoredChunk],
+    chunks: Sequence[Chunk],
+    vectors: Sequence[Sequence[float]],
 ) -> BatchResult:
-    """Store one batch under its per-model row's lock; see the module docstring."""
+    """Store one batch (each chunk with its vector, in order) under its per-model row's lock;
+    see the module docstring."""
+    if len(chunks) != len(vectors):
+        raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
     state = await tenant.fetchrow(LOCK_MODEL_STATE, source_id, model)
     if state is None:
         gone = await tenant.fetchrow(DELETED_WHILE_PENDING, source_id)
@@ -538,7 +534,7 @@ async def store_batch(
         [c.section for c in chunks],
         [c.text for c in chunks],
         [c.tokens for c in chunks],
-        [vector_text(c.embedding) for c in chunks],
+        [vector_text(vector) for vector in vectors],
     )
     inserted = int(status.rsplit(" ", 1)[-1])
     now_status = await tenant.fetchval(COUNT_STORED, source_id, model, inserted)

@@ -190,7 +190,7 @@ async def test_an_upload_deleted_after_its_batches_were_sent_is_told(
     assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks") == 0
     for organization in (ORG_A, ORG_B):  # told once; a batch forged in B's name learns nothing
         async with tenant_db.writing(organization) as tenant:
-            later = await store.store_batch(tenant, source, DEFAULT_MODEL, 2, [])
+            later = await store.store_batch(tenant, source, DEFAULT_MODEL, 2, [], [])
         assert (later.stale, later.deleted) == (True, None)
 
     [ready] = await upload_all(running, (ORG_A, "docs://faq", FAQ))

@@ -19,7 +19,7 @@ from consumers.knowledge.embed.metrics import EmbedMetrics
 from consumers.knowledge.replies import reply, status_of
 from consumers.runtime.records import DeadLetter, Done, Inbound, Outcome, Reply, Stopwatch
 from contextcore.errors import validation_lines
-from contextcore.knowledge.embed import Embedder, PassageIn, UnknownModel
+from contextcore.knowledge.embed import Embedder, UnknownModel
 from schemas import wire
 from schemas.envelope import printable
 from schemas.upload import EmbedBatchV1
@@ -47,7 +47,7 @@ class EmbedHandler:
                     batch.source_id,
                     batch.generation,
                     batch.embedding_model,
-                    [PassageIn(c.ordinal, c.section, c.text, c.tokens) for c in batch.chunks],
+                    [chunk.chunk() for chunk in batch.chunks],
                 )
         except UnknownModel as error:
             return DeadLetter("unknown_model", str(error))

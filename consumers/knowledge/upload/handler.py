@@ -167,10 +167,7 @@ class UploadHandler:
             source_id=batch.source_id,
             generation=batch.generation,
             embedding_model=batch.model,
-            chunks=[
-                EmbedChunkV1(ordinal=c.ordinal, section=c.section, text=c.text, tokens=c.tokens)
-                for c in batch.chunks
-            ],
+            chunks=[EmbedChunkV1.of(chunk) for chunk in batch.chunks],
         )
         await self.publisher.publish(
             self.embed_topic,
