@@ -9,22 +9,39 @@ nothing and a batch of a superseded generation change nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 from uuid import UUID
 
 from contextcore.errors import ContextcoreError
-from contextcore.knowledge import store
 from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.encoder import CoalescingEncoder, Encoder
-from contextcore.storage.tenancy import PLATFORM, TenantDatabase
+from contextcore.knowledge.store import BatchResult
 
 
 class UnknownModel(ContextcoreError, LookupError):
     """The batch is for a model this process does not encode with."""
 
 
+class ChunkStore(Protocol):
+    """Where an embedded batch is kept: PostgreSQL (:class:`~.store.PostgresChunkStore`), or
+    memory in the unit tests."""
+
+    async def store_batch(
+        self,
+        organization_id: UUID | None,
+        source_id: UUID,
+        model: str,
+        generation: int,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Sequence[float]],
+    ) -> BatchResult:
+        """Store the chunks with their vectors in order, in the organization's scope (``None``:
+        the platform's); a redelivered batch inserts nothing."""
+
+
 class Embedder:
-    def __init__(self, database: TenantDatabase, encoders: Sequence[Encoder]) -> None:
-        self.database = database
+    def __init__(self, chunks: ChunkStore, encoders: Sequence[Encoder]) -> None:
+        self.chunks = chunks
         self.encoders = {encoder.model: CoalescingEncoder(encoder) for encoder in encoders}
 
     async def embed(
@@ -34,11 +51,16 @@ class Embedder:
         generation: int,
         model: str,
         chunks: Sequence[Chunk],
-    ) -> store.BatchResult:
+    ) -> BatchResult:
+        """Encode the chunks (no connection held meanwhile), then store them.
+
+        Raises:
+            UnknownModel: the batch names a model this process does not encode with.
+        """
         encoder = self.encoders.get(model)
         if encoder is None:
             raise UnknownModel(f"this process embeds with {sorted(self.encoders)}, not {model!r}")
         vectors = await encoder.encode([chunk.text for chunk in chunks])
-        scope = organization_id if organization_id is not None else PLATFORM
-        async with self.database.writing(scope) as tenant:
-            return await store.store_batch(tenant, source_id, model, generation, chunks, vectors)
+        return await self.chunks.store_batch(
+            organization_id, source_id, model, generation, chunks, vectors
+        )

@@ -31,9 +31,11 @@ from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.extract import Section
 from contextcore.storage import ledger
 from contextcore.storage.tenancy import (
+    PLATFORM,
     SERVICE_ROLE,
     Connection,
     TenantConnection,
+    TenantDatabase,
     TenantQuery,
     service_role,
 )
@@ -616,3 +618,24 @@ async def sweep(
     async with service_role(conn, role=role):
         rows = await conn.fetch(_SWEEP_SQL, older_than, batch)
     return [Swept(**dict(row)) for row in rows]
+
+
+class PostgresChunkStore:
+    """The embedder's :class:`~contextcore.knowledge.embed.ChunkStore` on PostgreSQL: each batch
+    in one transaction of its scope (:func:`store_batch`)."""
+
+    def __init__(self, database: TenantDatabase) -> None:
+        self.database = database
+
+    async def store_batch(
+        self,
+        organization_id: UUID | None,
+        source_id: UUID,
+        model: str,
+        generation: int,
+        chunks: Sequence[Chunk],
+        vectors: Sequence[Sequence[float]],
+    ) -> BatchResult:
+        scope = organization_id if organization_id is not None else PLATFORM
+        async with self.database.writing(scope) as tenant:
+            return await store_batch(tenant, source_id, model, generation, chunks, vectors)

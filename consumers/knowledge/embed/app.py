@@ -23,6 +23,7 @@ from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
 from contextcore.knowledge.embed import Embedder
 from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.store import PostgresChunkStore
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, UploadStatusV1
@@ -55,7 +56,9 @@ def create_app(
                 await asyncio.to_thread(knowledge.load_encoder, model)
                 for model in knowledge.models()
             ]
-            embedder = Embedder(TenantDatabase(pool, role=database.role), encoders)
+            embedder = Embedder(
+                PostgresChunkStore(TenantDatabase(pool, role=database.role)), encoders
+            )
             embed_metrics = EmbedMetrics.create(metrics.registry)
             for model in knowledge.models():  # each model's count starts at 0
                 embed_metrics.chunks.labels(model)
