@@ -165,9 +165,10 @@ def exit_code(error: BaseException) -> int:
         return EXIT_INTERRUPTED
     if isinstance(error, InfrastructureUnavailable | ReplyTimeout | ConnectionError | TimeoutError):
         return EXIT_UNAVAILABLE
-    if getattr(error, "sqlstate", None) in _UNAVAILABLE_SQLSTATES or str(
-        getattr(error, "sqlstate", "")
-    ).startswith("08"):  # PostgreSQL's connection exceptions (class 08), by code
+    sqlstate = getattr(error, "sqlstate", None)
+    if isinstance(sqlstate, str) and (
+        sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES
+    ):  # PostgreSQL's connection exceptions (class 08) and the codes above
         return EXIT_UNAVAILABLE
     if isinstance(error, ConfigurationError):
         return EXIT_USAGE

@@ -57,7 +57,8 @@ def summary(point: EntryPoint) -> str:
         run: Main = point.load()
     except Exception as error:  # the dev stack is only in a checkout of the repository
         return f"(not available here: {type(error).__name__}: {error})"
-    return (run.__doc__ or "").strip().splitlines()[0] if run.__doc__ else ""
+    lines = (run.__doc__ or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def help_text(found: dict[str, EntryPoint]) -> str:

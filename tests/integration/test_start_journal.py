@@ -5,7 +5,7 @@ old rows pruned by the sweep beside the ledger's expired claims, and failing ope
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -78,12 +78,12 @@ async def test_commits_are_forgotten_together_after_the_delay_and_on_close(
 
     prompt = PostgresJournal(pool, group="g", forget_delay_s=0.05)
     await prompt.forget({("t", 1): 6})
-    await until_true(lambda: _equals(left(), [(0, 4), (0, 5)]))
+
+    async def forgotten() -> bool:
+        return await left() == [(0, 4), (0, 5)]
+
+    await until_true(forgotten)
     await prompt.close()
-
-
-async def _equals(rows: Awaitable[list[tuple[int, int]]], expected: list[tuple[int, int]]) -> bool:
-    return await rows == expected
 
 
 async def test_a_journal_on_a_pool_without_the_service_role_counts_nothing(
