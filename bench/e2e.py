@@ -381,14 +381,15 @@ async def store_knowledge(admin_url: str, runtime_url: str, knowledge: Knowledge
 
 
 async def remember_facts(url: str, org: Org) -> None:
-    from contextcore.memory.models import Invoker, MemoryCandidate
     from contextcore.memory.service import MemoryService
+    from contextcore.memory.store import PostgresMemoryJournal
     from contextcore.storage.pool import create_pool
     from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
+    from schemas.memory import Invoker, MemoryCandidate
 
     pool = await create_pool(url, max_size=2, session_role=SERVICE_ROLE)
     try:
-        service = MemoryService(TenantDatabase(pool))
+        service = MemoryService(PostgresMemoryJournal(TenantDatabase(pool)))
         invoker = Invoker(
             organization_id=org.id, definition_id=DEFINITION, user_id=org.user, trigger_id=None
         )

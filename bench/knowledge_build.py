@@ -39,11 +39,11 @@ from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import search
 from contextcore.knowledge.settings import KnowledgeSettings
-from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.client import ContextClient
+from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 
 POLICY = ContextPolicy(
     total_token_budget=1_500,

@@ -35,13 +35,14 @@ from bench.processes import peak_rss_mb, start_consumer, tree_cpu_seconds
 from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, memory_topics
-from contextcore.memory.models import Invoker, MemoryCandidate
 from contextcore.memory.service import MemoryService
-from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from devstack.stack import DevStack
 from producers.memory import MemoryClient
+from schemas.context import ContextRequest, ContextSourceSpec, ContextSubject
+from schemas.memory import Invoker, MemoryCandidate
 
 ORGANIZATIONS = 100
 PER_ORGANIZATION = 10_000
@@ -202,7 +203,7 @@ async def erasures(admin: asyncpg.Connection, owner_url: str, url: str) -> None:
     how long a write of another tenant that arrives meanwhile waits for its lock."""
     pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
     assert pool is not None
-    service = MemoryService(TenantDatabase(pool))
+    service = MemoryService(PostgresMemoryJournal(TenantDatabase(pool)))
     person, definition = uuid.uuid4(), uuid.uuid4()
     try:
         for chains in (200, 2_000, 10_000):

@@ -19,7 +19,9 @@ import time
 import uuid
 
 from contextcore.builder import DefaultContextBuilder
-from contextcore.models import (
+from contextcore.packer import ContextPacker
+from contextcore.registry import ContextSourceRegistry
+from schemas.context import (
     CLASS_ORDER,
     ContextItem,
     ContextPolicy,
@@ -28,8 +30,6 @@ from contextcore.models import (
     ContextSubject,
     ResourceRef,
 )
-from contextcore.packer import ContextPacker
-from contextcore.registry import ContextSourceRegistry
 
 SOURCES = [f"source{i}" for i in range(10)]
 

@@ -19,17 +19,17 @@ import asyncpg
 
 from broker.settings import TopicSettings
 from broker.topics import all_topics
-from contextcore.models import (
+from contextcore.storage import migrations
+from contextcore.storage.pool import with_database
+from contextcore.storage.provision import provision_database
+from devstack.stack import OWNER, DevStack, StackAddresses
+from schemas.context import (
     ContextPolicy,
     ContextRequest,
     ContextSourceSpec,
     ContextSubject,
     ResourceRef,
 )
-from contextcore.storage import migrations
-from contextcore.storage.pool import with_database
-from contextcore.storage.provision import provision_database
-from devstack.stack import OWNER, DevStack, StackAddresses
 
 POLICY = ContextPolicy(
     total_token_budget=4000,

@@ -72,13 +72,13 @@ from bench.processes import machine_busy_seconds, start_consumer, status_mb, tre
 from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, request_for
 from broker.settings import TopicSettings
 from broker.topics import all_topics, delete_topics, ensure_topics
-from contextcore.errors import ReplyTimeout, RequestRefused
-from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef
-from contextcore.models import ContextPolicy, ContextSourceSpec
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
 from producers.client import ChannelOptions, ContextClient, ReplyChannel
 from producers.knowledge import KnowledgeClient
 from producers.memory import MemoryClient
+from schemas.context import ContextPolicy, ContextSourceSpec
+from schemas.errors import ReplyTimeout, RequestRefused
+from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef
 
 DATABASE = "bench_soak"
 BUILD_TIMEOUT_S = 10.0  # the clients' defaults for builds and memory writes

@@ -8,7 +8,7 @@ from typing import Self
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contextcore.errors import ConfigurationError
+from schemas.errors import ConfigurationError
 
 
 class KafkaSettings(BaseSettings):

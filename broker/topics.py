@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAlreadyExistsError
 
 from broker.settings import TopicSettings
-from contextcore.errors import ConfigurationError, InfrastructureUnavailable
+from schemas.errors import ConfigurationError, InfrastructureUnavailable
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from contextcore.errors import EXIT_USAGE, command_parser, run_command
+from schemas.errors import EXIT_USAGE, command_parser, run_command
 
 CONSUMERS = ("build", "memory", "upload", "embed", "sweep")
 
@@ -33,7 +33,7 @@ POLICY = """Admit a context policy as the build consumer would, without any serv
 
 def _check_policy(path: Path) -> int:
     from consumers.build.sources import process_registry
-    from contextcore.models import ContextPolicy
+    from schemas.context import ContextPolicy
 
     policy = ContextPolicy.model_validate_json(path.read_bytes())
     process_registry().validate_policy(policy)

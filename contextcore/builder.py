@@ -25,11 +25,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
-from contextcore.errors import ContextcoreError, RequiredContextSourceError
-from contextcore.models import ContextBrief, ContextItem, ContextPolicy, ContextRequest
-from contextcore.models import ContextSourceSpec as Spec
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
+from schemas.context import ContextBrief, ContextItem, ContextPolicy, ContextRequest
+from schemas.context import ContextSourceSpec as Spec
+from schemas.errors import ContextcoreError, RequiredContextSourceError
 
 log = logging.getLogger("contextcore.builder")
 

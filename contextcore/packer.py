@@ -31,7 +31,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from operator import itemgetter
 
-from contextcore.models import (
+from contextcore.tokens import estimate_tokens
+from schemas.context import (
     CLASS_ORDER,
     ContextBrief,
     ContextItem,
@@ -39,7 +40,6 @@ from contextcore.models import (
     ContextPolicy,
     ResourceRef,
 )
-from contextcore.tokens import estimate_tokens
 
 SECTION_HEADINGS: dict[ContextKind, str] = {
     "conversation": "## Conversation",

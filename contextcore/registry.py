@@ -23,14 +23,14 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from contextcore.errors import PolicyError, field_path
-from contextcore.models import (
+from schemas.context import (
     MAX_CONTEXT_ITEM_LIMIT,
     ContextItem,
     ContextPolicy,
     ContextRequest,
     ContextSourceSpec,
 )
+from schemas.errors import PolicyError, field_path
 
 TENANCY_OPTION_NAMES = frozenset(
     {

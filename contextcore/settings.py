@@ -2,7 +2,7 @@
 
 Nothing here falls back silently: a command that needs a URL asks for it through
 :meth:`DatabaseSettings.require_url` / :meth:`DatabaseSettings.require_owner_url`, which raise a
-one-line :class:`~contextcore.errors.ConfigurationError` when the setting is absent.
+one-line :class:`~schemas.errors.ConfigurationError` when the setting is absent.
 
 Two credentials, never one (``docs/tenancy.md``): services log in with ``url``, a role that owns
 nothing; only the schema commands use ``owner_url``. Kafka settings live in ``broker``, and each
@@ -16,7 +16,7 @@ import json
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contextcore.errors import ConfigurationError
+from schemas.errors import ConfigurationError
 
 
 class DatabaseSettings(BaseSettings):

@@ -8,9 +8,9 @@ import sys
 
 from broker.settings import TopicSettings
 from broker.topics import all_topics
-from contextcore.errors import command_parser, run_command
 from devstack.demo import run_demo
 from devstack.stack import DevSettings, DevStack
+from schemas.errors import command_parser, run_command
 
 
 async def _stack(action: str, durable: bool) -> int:

@@ -24,8 +24,6 @@ import time
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics
-from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef
-from contextcore.models import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect, with_database
@@ -35,6 +33,8 @@ from devstack.stack import DevStack
 from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient
 from producers.memory import MemoryClient
+from schemas.context import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
+from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef
 
 DEMO_POLICY = {
     "total_token_budget": 1700,

@@ -49,9 +49,9 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from broker.topics import TopicSpec, ensure_topics
-from contextcore.errors import InfrastructureUnavailable
 from contextcore.storage.pool import redact
 from contextcore.storage.provision import provision
+from schemas.errors import InfrastructureUnavailable
 
 DATABASE = "contextcore"
 TANSU_FETCH_MAX_WAIT_MS = 2

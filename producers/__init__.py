@@ -1,6 +1,6 @@
 """Clients that publish requests to contextcore's topics and await the replies."""
 
-from contextcore.errors import ReplyTimeout
 from producers.client import BuildFailed, ContextClient
+from schemas.errors import ReplyTimeout
 
 __all__ = ["BuildFailed", "ContextClient", "ReplyTimeout"]

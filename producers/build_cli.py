@@ -8,9 +8,9 @@ import sys
 from pathlib import Path
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import command_parser, run_command
 from producers.client import ContextClient
 from schemas.build import BuildRequestV1, parse_build_request
+from schemas.errors import command_parser, run_command
 
 
 async def _send(envelope: BuildRequestV1, timeout: float) -> int:

@@ -29,14 +29,14 @@ from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import TopicSpec, delete_topics, ensure_topics, reach
-from contextcore.errors import (
+from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
+from schemas.context import ContextBrief, ContextPolicy, ContextRequest
+from schemas.errors import (
     InfrastructureUnavailable,
     PublishFailed,
     ReplyTimeout,
     RequestRefused,
 )
-from contextcore.models import ContextBrief, ContextPolicy, ContextRequest
-from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 
 log = logging.getLogger("contextcore.client")
 

@@ -1,7 +1,10 @@
 """``contextcore``: the one command line. Each subcommand is an entry point of the group
-``contextcore.commands`` (pyproject.toml), found at run time: the client's commands live here in
-``producers/``, the service's (serve, policy, schema) in ``consumers/`` and ``contextcore/``, the
-dev stack's in ``devstack/``, and none of them imports another's.
+``contextcore.commands``, found at run time, so each distribution brings its own: the client
+(packaging/client) its commands in ``producers/`` (build, upload, memory), the service
+(pyproject.toml) the consumers' (serve, policy) and the operator's in ``admin/`` (schema,
+knowledge, memory health, memory erase), the dev tools (packaging/devstack) ``dev``. None
+imports another's. An entry point ``NAME.SUB`` adds ``contextcore NAME SUB`` to a command that
+another distribution owns (the service's ``memory.health`` beside the client's ``memory``).
 
 The global options come before the command and become the settings every command reads from its
 environment, so each command takes them alike.
@@ -14,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 
-from contextcore.errors import EXIT_STATUS, EXIT_USAGE
+from schemas.errors import EXIT_STATUS, EXIT_USAGE
 
 GROUP = "contextcore.commands"
 
@@ -40,10 +43,21 @@ global options (before the command; each sets the setting named):
 
 every other setting is read from its CONTEXTCORE_* variable (docs/operations.md)."""
 
-EXAMPLES = """examples:
-  contextcore dev up
-  contextcore build request.json policy.json
-  contextcore --bootstrap-servers kafka:9092 serve build"""
+EXAMPLES = {
+    "dev": "contextcore dev up",
+    "build": "contextcore build request.json policy.json",
+    "serve": "contextcore --bootstrap-servers kafka:9092 serve build",
+}
+"""One example per command, shown when that command is installed."""
+
+ELSEWHERE = {
+    "dev": "comes with a checkout of the repository (scripts/bootstrap installs it)",
+    "serve": "comes with the service distribution, contextcore",
+    "schema": "comes with the service distribution, contextcore",
+    "knowledge": "comes with the service distribution, contextcore",
+    "policy": "comes with the service distribution, contextcore",
+}
+"""Where a command that is not installed here comes from."""
 
 
 def commands() -> dict[str, EntryPoint]:
@@ -63,8 +77,12 @@ def summary(point: EntryPoint) -> str:
 
 def help_text(found: dict[str, EntryPoint]) -> str:
     width = max((len(name) for name in found), default=0) + 4
-    lines = [f"  {name:<{width}}{summary(found[name])}" for name in sorted(found)]
-    return "\n\n".join([DESCRIPTION, "commands:\n" + "\n".join(lines), EXAMPLES, EXIT_STATUS])
+    lines = [f"  {name.replace('.', ' '):<{width}}{summary(found[name])}" for name in sorted(found)]
+    examples = [f"  {line}" for name, line in EXAMPLES.items() if name in found]
+    parts = [DESCRIPTION, "commands:\n" + "\n".join(lines)]
+    if examples:
+        parts.append("examples:\n" + "\n".join(examples))
+    return "\n\n".join([*parts, EXIT_STATUS])
 
 
 def split(argv: Sequence[str]) -> tuple[dict[str, str], str | None, list[str]]:
@@ -113,22 +131,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         print(help_text(found), file=sys.stderr)  # no command: a usage error, with the help
         return EXIT_USAGE
+    if rest and f"{name}.{rest[0]}" in found:  # a subcommand another distribution adds
+        name, rest = f"{name}.{rest[0]}", rest[1:]
     point = found.get(name)
     if point is None:
-        known = ", ".join(sorted(found)) or "none installed"
+        known = ", ".join(sorted(n.replace(".", " ") for n in found)) or "none installed"
         print(f"contextcore: no command {name!r} (commands: {known})", file=sys.stderr)
+        if name in ELSEWHERE:
+            print(f"contextcore: {name!r} {ELSEWHERE[name]}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        run: Main = point.load()
-    except ImportError as error:
-        if name != "dev":
-            raise  # a broken install: its traceback says what is missing
-        print(
-            f"contextcore dev: not available here ({error}); the dev stack ships only in a "
-            "checkout of the repository",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+    run: Main = point.load()
     os.environ.update(settings)
     return run(rest)
 

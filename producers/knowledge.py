@@ -22,9 +22,9 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import ClientError, ReplyTimeout, RequestRefused
 from producers.client import ChannelOptions, ReplyChannel, channel_options, new_correlation_id
 from producers.staging import INLINE_BYTES, Stage, object_name
+from schemas.errors import ClientError, ReplyTimeout, RequestRefused
 from schemas.upload import InlineContent, ReingestRequestV1, UploadRequestV1, UploadStatusV1
 
 log = logging.getLogger("contextcore.client")

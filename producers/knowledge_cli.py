@@ -9,9 +9,9 @@ from pathlib import Path
 from uuid import UUID
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import command_parser, run_command
 from producers.knowledge import KnowledgeClient
 from producers.staging import FileStage, S3Stage, Stage
+from schemas.errors import command_parser, run_command
 
 
 async def _upload(args: argparse.Namespace) -> int:

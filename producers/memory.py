@@ -22,10 +22,9 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import ReplyTimeout
-from contextcore.memory.models import Invoker, MemoryCandidate
 from producers.client import ChannelOptions, ReplyChannel, channel_options, new_correlation_id
-from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1
+from schemas.errors import ReplyTimeout
+from schemas.memory import ForgetV1, Invoker, MemoryAnswerV1, MemoryCandidate, RememberV1
 
 log = logging.getLogger("contextcore.client")
 

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
+from schemas.context import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
 from schemas.envelope import Envelope
 
 SCHEMA_VERSION = 1

@@ -27,7 +27,6 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
 
-from contextcore.knowledge.chunk import Chunk
 from schemas.envelope import CorrelationId, Envelope, TopicName
 
 SCHEMA_VERSION = 1
@@ -161,7 +160,8 @@ class UploadStatusV1(BaseModel):
 
 class EmbedChunkV1(BaseModel):
     """One chunk of a document on the wire: the upload consumer writes its chunks so, and the
-    embedding group reads them back as chunks (contextcore/knowledge/chunk.py)."""
+    embedding group reads them back as chunks. ``Chunk`` (contextcore/knowledge/chunk.py) has the
+    same four fields; the consumers convert at the edge, so this package imports no domain."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -169,15 +169,6 @@ class EmbedChunkV1(BaseModel):
     section: Annotated[str, Field(max_length=4_000)]
     text: Annotated[str, Field(min_length=1, max_length=100_000)]
     tokens: Annotated[int, Field(ge=1, le=100_000)]
-
-    @classmethod
-    def of(cls, chunk: Chunk) -> EmbedChunkV1:
-        return cls(
-            ordinal=chunk.ordinal, section=chunk.section, text=chunk.text, tokens=chunk.tokens
-        )
-
-    def chunk(self) -> Chunk:
-        return Chunk(self.ordinal, self.section, self.text, self.tokens)
 
 
 class EmbedBatchV1(BaseModel):

@@ -18,8 +18,8 @@ import math
 import re
 from typing import Any
 
-from contextcore.errors import ContextcoreError
 from schemas.envelope import has_lone_surrogate, reply_address
+from schemas.errors import ContextcoreError
 
 MAX_DEPTH = 64
 MAX_INT = 2**63

@@ -20,11 +20,11 @@ from consumers.build.metrics import BuildMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
 from contextcore.builder import ContextBuilder
-from contextcore.errors import PolicyError, RequiredContextSourceError
 from contextcore.registry import ContextSourceRegistry
 from schemas import wire
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo, parse_build_request
 from schemas.envelope import printable
+from schemas.errors import PolicyError, RequiredContextSourceError
 
 log = logging.getLogger("contextcore.build")
 

@@ -13,9 +13,9 @@ from prometheus_client.registry import Collector
 
 from consumers.runtime.metrics import STAGE_BUCKETS
 from contextcore.builder import ReadCause
-from contextcore.models import ContextBrief
 from contextcore.packer import NOT_ENABLED, OUTRANKED, OVER_BUDGET
 from contextcore.storage.tenancy import TenantDatabase
+from schemas.context import ContextBrief
 
 # Tokens of one brief: policies budget from a few hundred to a few thousand tokens.
 TOKEN_BUCKETS = (0, 50, 100, 250, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000)

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextcore.errors import InfrastructureUnavailable
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
@@ -22,6 +21,7 @@ from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.sources.memory import DropReason, MemoryContextSource
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
+from schemas.errors import InfrastructureUnavailable
 
 
 @dataclass(frozen=True)

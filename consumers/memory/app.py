@@ -22,6 +22,7 @@ from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
 from contextcore.memory.service import MemoryService
+from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.memory import MemoryAnswerV1, MemoryWriteV1
@@ -50,7 +51,7 @@ def create_app(
         metrics: RuntimeMetrics, _publisher: Publisher
     ) -> AsyncIterator[MemoryHandler]:
         async with verified_pool(database) as pool:
-            service = MemoryService(TenantDatabase(pool, role=database.role))
+            service = MemoryService(PostgresMemoryJournal(TenantDatabase(pool, role=database.role)))
             yield MemoryHandler(service, MemoryMetrics.create(metrics.registry))
 
     return ConsumerApp(

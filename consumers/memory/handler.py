@@ -18,12 +18,11 @@ from uuid import UUID
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
-from contextcore.memory.models import Written
 from contextcore.memory.service import MemoryContention, MemoryService
 from contextcore.sources.common import parse_uuid
 from schemas import wire
 from schemas.envelope import printable
-from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, parse_memory_write
+from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, Written, parse_memory_write
 
 log = logging.getLogger("contextcore.consumers.memory")
 

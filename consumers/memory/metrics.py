@@ -7,7 +7,7 @@ from typing import get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from contextcore.memory.models import Change, RefusalReason
+from schemas.memory import Change, RefusalReason
 
 
 @dataclass(frozen=True)

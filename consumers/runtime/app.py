@@ -49,10 +49,10 @@ from consumers.runtime.kafka import (
 )
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
 from consumers.runtime.settings import ConsumerSettings
-from contextcore.errors import ConfigurationError
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from schemas.envelope import DeadLetterV1
+from schemas.errors import ConfigurationError
 
 log = logging.getLogger("contextcore.consumer")
 

@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 
 import asyncpg
 
-from contextcore.errors import SchemaError
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect, create_pool
+from schemas.errors import SchemaError
 
 
 async def verify_schema(database: DatabaseSettings) -> None:

@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from consumers.runtime.records import DeadLetter, Reply
-from contextcore.errors import validation_lines
 from schemas import wire
 from schemas.envelope import printable, reply_address
+from schemas.errors import validation_lines
 
 T = TypeVar("T")
 

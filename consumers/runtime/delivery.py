@@ -10,7 +10,7 @@ For one record, in order (docs/delivery.md):
    (``crashed_the_consumer``) without running.
 3. The handler answers an :data:`~consumers.runtime.records.Outcome` within
    ``handle_timeout_s``. An exception or a timeout is a :class:`Retry`, but for a database that
-   does not answer (:class:`~contextcore.errors.InfrastructureUnavailable`): the handling is
+   does not answer (:class:`~schemas.errors.InfrastructureUnavailable`): the handling is
    tried again in place, no attempt spent, until it answers (``/readyz`` says not ready
    meanwhile, and a partition held too long turns ``/healthz`` red).
 4. A :class:`Reply` is serialised and published, and the broker acknowledges it. A reply that
@@ -72,8 +72,8 @@ from consumers.runtime.records import (
 )
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.tracker import InFlight, PartitionTracker, TopicPartition
-from contextcore.errors import ContextcoreError, InfrastructureUnavailable
 from schemas.envelope import printable
+from schemas.errors import ContextcoreError, InfrastructureUnavailable
 
 log = logging.getLogger("contextcore.delivery")
 

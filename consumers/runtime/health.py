@@ -17,7 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from consumers.runtime.delivery import Health
-from contextcore.errors import ConfigurationError
+from schemas.errors import ConfigurationError
 
 
 class HealthServer:

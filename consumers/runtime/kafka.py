@@ -13,7 +13,7 @@ from broker.topics import reach
 from consumers.runtime.delivery import Delivery, PublishError
 from consumers.runtime.records import Inbound
 from consumers.runtime.tracker import TopicPartition as Partition
-from contextcore.errors import InfrastructureUnavailable
+from schemas.errors import InfrastructureUnavailable
 
 
 def inbound_of(record: ConsumerRecord[bytes, bytes]) -> Inbound:

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import Protocol
 from uuid import UUID
 
-from contextcore.errors import ContextcoreError
 from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.encoder import CoalescingEncoder, Encoder
 from contextcore.knowledge.store import BatchResult
+from schemas.errors import ContextcoreError
 
 
 class UnknownModel(ContextcoreError, LookupError):

@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from contextcore.errors import ConfigurationError
 from contextcore.knowledge.batching import Shapes, least_padding, padded
+from schemas.errors import ConfigurationError
 
 log = logging.getLogger("contextcore.knowledge")
 

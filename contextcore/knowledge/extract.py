@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 
-from contextcore.errors import ContextcoreError
+from schemas.errors import ContextcoreError
 
 PLAIN = "text/plain"
 MARKDOWN = "text/markdown"

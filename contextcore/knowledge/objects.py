@@ -40,7 +40,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 from uuid import UUID
 
-from contextcore.errors import ContextcoreError
+from schemas.errors import ContextcoreError
 
 
 class ObjectError(ContextcoreError):

@@ -35,10 +35,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contextcore.errors import ContextcoreError
 from contextcore.knowledge.chunk import Chunk, ChunkSettings
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
 from contextcore.knowledge.worker import HEADER, frame
+from schemas.errors import ContextcoreError
 
 log = logging.getLogger("contextcore.knowledge.sandbox")
 

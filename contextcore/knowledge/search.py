@@ -26,10 +26,10 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.errors import ContextcoreError
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.sources.cache import TenantCache
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase, TenantQuery
+from schemas.errors import ContextcoreError
 
 MAX_QUERY_CHARS = 2_000
 MODEL_MOVED = "CC001"

@@ -17,8 +17,8 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.memory.models import MemorySubjectRef
 from contextcore.sources.common import parse_uuid
+from schemas.memory import MemorySubjectRef
 
 Selector = Literal["user", "subject", "memory"]
 

@@ -15,6 +15,10 @@ A call is decided in two places:
    one can attach to it (``memories_one_child``, ``memories_one_root``): the loser reads the
    new head and decides again. Never two children, never half a supersede.
 
+The service reaches the database through one port, :class:`MemoryJournal` (its adapter is
+:class:`~contextcore.memory.store.PostgresMemoryJournal`), so its rules and its batching have unit
+tests on an in-memory journal (tests/unit/test_memory_service.py).
+
 Calls are applied in batches (group commit): a call waits while ``concurrency`` batches are in
 the database, and the calls that gathered meanwhile go together, up to ``max_batch``, in one
 transaction and one round trip. Alone, a call is a batch of one and waits for nothing. A batch
@@ -28,25 +32,14 @@ import asyncio
 import hashlib
 import json
 from collections import deque
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
-import asyncpg
-
-from contextcore.errors import ContextcoreError
-from contextcore.memory import store
-from contextcore.memory.models import (
-    NAMESPACES,
-    OWNER_KINDS,
-    Answer,
-    Invoker,
-    MemoryCandidate,
-    Refusal,
-    names_the_scope_owner,
-)
-from contextcore.models import ResourceRef, make_subject_key
+from contextcore.memory.refs import OWNER_KINDS, names_the_scope_owner
 from contextcore.sources.common import parse_uuid
-from contextcore.storage.tenancy import TenantDatabase
+from schemas.context import ResourceRef, make_subject_key
+from schemas.errors import ContextcoreError
+from schemas.memory import NAMESPACES, Answer, Invoker, MemoryCandidate, Refusal
 
 
 class MemoryContention(ContextcoreError):
@@ -97,13 +90,52 @@ Write = dict[str, Any]
 """One call as ``memory_apply`` takes it (migration 00011)."""
 
 
+class JournalRefused(ContextcoreError):
+    """The journal refused a transaction whole (a deadlock, say): nothing of it was applied."""
+
+
+class ConstraintBroken(JournalRefused):
+    """A write breaks a rule no retry changes (an organization that does not exist, a value
+    past a constraint). ``constraint`` names it."""
+
+    def __init__(self, constraint: str) -> None:
+        self.constraint = constraint
+        super().__init__(f"the database refused the write: {constraint}")
+
+
+class LostTheRace(JournalRefused):
+    """A write lost the race for its chain's head too often (SQLSTATE CC001)."""
+
+
+class WrittenConcurrently(JournalRefused):
+    """A writer of the same idempotency key committed meanwhile (SQLSTATE CC002): the journal
+    now holds its answer, so applying the write again replays it."""
+
+
+class MemoryJournal(Protocol):
+    """Where memory calls are applied and answered, next to the rows they decide on."""
+
+    async def apply(self, writes: list[Write]) -> list[Answer]:
+        """One answer per write, in order, from one transaction: all of them, or none.
+
+        Raises:
+            JournalRefused: the transaction was refused, nothing applied (the subclasses say
+                why, when a caller can act on it); any other error: the journal is away.
+        """
+        ...
+
+    async def count_refusal(self, organization_id: UUID, operation: str) -> None:
+        """Count one ``invalid_input`` refusal the journal holds no row for."""
+        ...
+
+
 class MemoryService:
     def __init__(
-        self, database: TenantDatabase, *, max_batch: int = 64, concurrency: int = 2
+        self, journal: MemoryJournal, *, max_batch: int = 64, concurrency: int = 2
     ) -> None:
         if max_batch < 1 or concurrency < 1:
             raise ValueError("a batch holds at least one write, and one batch at least runs")
-        self.database = database
+        self.journal = journal
         self.max_batch = max_batch
         self.concurrency = concurrency
         self._queue: deque[tuple[Write, asyncio.Future[Answer]]] = deque()
@@ -122,8 +154,7 @@ class MemoryService:
         """Count an ``invalid_input`` refusal the journal holds no row for (a record that does
         not validate, a reused key, a call the database refused), for ``contextcore memory
         health``. Raises what the database raises: an organization that does not exist."""
-        async with self.database.writing(organization_id) as tenant:
-            await tenant.execute(store.COUNT_REFUSAL, operation)
+        await self.journal.count_refusal(organization_id, operation)
 
     # ------------------------------------------------------------------ group commit
 
@@ -168,7 +199,7 @@ class MemoryService:
         if len(batch) > 1:
             try:
                 answers = await self._transaction([write for write, _ in batch])
-            except asyncpg.PostgresError:
+            except JournalRefused:
                 pass  # one write is refused, or a deadlock: apply them one by one
             else:
                 for (_, future), answer in zip(batch, answers, strict=True):
@@ -189,27 +220,20 @@ class MemoryService:
         for attempt in (1, 2):
             try:
                 (answer,) = await self._transaction([write])
-            except asyncpg.IntegrityConstraintViolationError as error:
-                # The database refuses what no retry will change: an organization that does
-                # not exist, a value past a constraint. Nothing was written or journaled.
-                constraint = getattr(error, "constraint_name", None) or type(error).__name__
-                return Refusal(
-                    reason="invalid_input",
-                    message=f"the database refused the write: {constraint}",
-                    journaled=False,
-                )
-            except asyncpg.PostgresError as error:
-                if error.sqlstate == store.WRITTEN_CONCURRENTLY and attempt == 1:
+            except ConstraintBroken as error:
+                # Nothing was written or journaled; no retry will change it.
+                return Refusal(reason="invalid_input", message=str(error), journaled=False)
+            except WrittenConcurrently as error:
+                if attempt == 1:
                     continue  # the other writer of this key committed: now it replays
-                if error.sqlstate in (store.LOST_THE_RACE, store.WRITTEN_CONCURRENTLY):
-                    raise MemoryContention(str(error)) from error
-                raise
+                raise MemoryContention(str(error)) from error
+            except LostTheRace as error:
+                raise MemoryContention(str(error)) from error
             return answer
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     async def _transaction(self, writes: list[Write]) -> list[Answer]:
-        async with self.database.writing_each() as conn:
-            answers = await store.apply(conn, writes)
+        answers = await self.journal.apply(writes)
         return [_journaled(w, a) for w, a in zip(writes, answers, strict=True)]
 
 

@@ -1,4 +1,5 @@
-"""The memory write path's SQL: one call of ``memory_apply`` (migration 00011) per batch.
+"""The memory write path's SQL: one call of ``memory_apply`` (migration 00011) per batch, and
+:class:`PostgresMemoryJournal`, the service's journal on it.
 
 The function scopes each write to its organization before it touches a row, so it runs in a
 :meth:`~contextcore.storage.tenancy.TenantDatabase.writing_each` transaction; row-level
@@ -10,11 +11,20 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from uuid import UUID
 
 import asyncpg
 
-from contextcore.memory.models import AgentMemory, Answer, Refusal, Written, parse_stored_refs
-from contextcore.storage.tenancy import Connection, TenantQuery
+from contextcore.memory.refs import parse_stored_refs
+from contextcore.memory.service import (
+    ConstraintBroken,
+    JournalRefused,
+    LostTheRace,
+    Write,
+    WrittenConcurrently,
+)
+from contextcore.storage.tenancy import Connection, TenantDatabase, TenantQuery
+from schemas.memory import AgentMemory, Answer, Refusal, Written
 
 # memory.apply: the writes of one batch, in order; one answer per write with the revision it
 # names (the appended one, or the journal's for a replay) and the chain's length (00026).
@@ -80,3 +90,31 @@ VALUES ($1, current_date, $2, 'invalid_input', 1)
 ON CONFLICT (organization_id, day, operation, reason) DO UPDATE SET calls = r.calls + 1
 """,
 )
+
+
+class PostgresMemoryJournal:
+    """The :class:`~contextcore.memory.service.MemoryJournal` on PostgreSQL: a batch is one
+    :meth:`~contextcore.storage.tenancy.TenantDatabase.writing_each` transaction and one
+    statement. PostgreSQL's refusals become the port's errors; an unreachable database stays
+    what the tenancy layer raises."""
+
+    def __init__(self, database: TenantDatabase) -> None:
+        self.database = database
+
+    async def apply(self, writes: list[Write]) -> list[Answer]:
+        try:
+            async with self.database.writing_each() as conn:
+                return await apply(conn, writes)
+        except asyncpg.IntegrityConstraintViolationError as error:
+            constraint = getattr(error, "constraint_name", None) or type(error).__name__
+            raise ConstraintBroken(constraint) from error
+        except asyncpg.PostgresError as error:
+            if error.sqlstate == LOST_THE_RACE:
+                raise LostTheRace(str(error)) from error
+            if error.sqlstate == WRITTEN_CONCURRENTLY:
+                raise WrittenConcurrently(str(error)) from error
+            raise JournalRefused(f"{type(error).__name__}: {error}") from error
+
+    async def count_refusal(self, organization_id: UUID, operation: str) -> None:
+        async with self.database.writing(organization_id) as tenant:
+            await tenant.execute(COUNT_REFUSAL, operation)

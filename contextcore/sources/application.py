@@ -25,15 +25,15 @@ from uuid import UUID
 from asyncpg import Record
 from pydantic import BaseModel
 
-from contextcore.models import (
+from contextcore.sources.common import NoOptions, parse_uuid
+from contextcore.storage.tenancy import ScopedRead, TenantDatabase
+from schemas.context import (
     ContextItem,
     ContextRequest,
     ContextSourceSpec,
     ResourceRef,
     make_subject_key,
 )
-from contextcore.sources.common import NoOptions, parse_uuid
-from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 
 PROJECTIONS: dict[str, tuple[str, ...]] = {
     "crm.company": (

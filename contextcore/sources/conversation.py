@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.common import NoOptions
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
+from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 
 DEFAULT_MESSAGES = 20
 

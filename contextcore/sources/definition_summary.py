@@ -18,10 +18,10 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.cache import TenantCache
 from contextcore.sources.common import NoOptions
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
+from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 
 CHANNEL = "contextcore_definitions"
 """Where a write to ``definitions`` is told: the organization's id, or empty for a platform

@@ -23,9 +23,9 @@ from uuid import UUID
 from asyncpg import Record
 from pydantic import BaseModel, ConfigDict
 
-from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec
 from contextcore.sources.cache import TenantCache
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
+from schemas.context import ContextItem, ContextRequest, ContextSourceSpec
 
 
 class DossierOptions(BaseModel):

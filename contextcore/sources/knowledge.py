@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import LiveModels, ModelMoved, SearchTuning, search
-from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.sources.cache import TenantCache
 from contextcore.storage.tenancy import TenantDatabase
+from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 
 DEFAULT_LIMIT = 8
 TUNING = SearchTuning()

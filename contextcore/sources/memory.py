@@ -27,11 +27,12 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from contextcore.memory.models import MemorySubjectRef, names_the_scope_owner, parse_stored_refs
-from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
+from contextcore.memory.refs import names_the_scope_owner, parse_stored_refs
 from contextcore.sources.application import PROJECTIONS, READ
 from contextcore.sources.common import NoOptions, parse_uuid
 from contextcore.storage.tenancy import ScopedRead, TenantConnection, TenantDatabase
+from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
+from schemas.memory import MemorySubjectRef
 
 log = logging.getLogger("contextcore.sources.memory")
 

@@ -19,9 +19,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contextcore.models import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from contextcore.refs import capability_ref_kind, stored_kinds
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
+from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 
 DEFAULT_LIMIT = 5
 MAX_ID_CHARS = 64

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import asyncpg
 
-from contextcore.errors import MigrationFailed, MigrationFileError, SchemaError
 from contextcore.storage.tenancy import service_role
+from schemas.errors import MigrationFailed, MigrationFileError, SchemaError
 
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 _FILE_NAME = re.compile(r"^(?P<version>\d{5})_(?P<name>[a-z0-9_]+)\.sql$")

@@ -6,8 +6,8 @@ from urllib.parse import quote, urlsplit
 
 import asyncpg
 
-from contextcore.errors import InfrastructureUnavailable
 from contextcore.storage.tenancy import not_a_member
+from schemas.errors import InfrastructureUnavailable
 
 
 def redact(url: str) -> str:

@@ -26,9 +26,9 @@ from urllib.parse import unquote, urlsplit
 
 import asyncpg
 
-from contextcore.errors import ConfigurationError
 from contextcore.storage.pool import connect, with_database
 from contextcore.storage.tenancy import SERVICE_ROLE
+from schemas.errors import ConfigurationError
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ There is no way to open a scope without naming it: an organization is a required
 the platform is the explicit :data:`PLATFORM` value, never a default.
 
 A database that is gone (refused, reset, shutting down or starting up: ``_LOST``) surfaces as
-:class:`~contextcore.errors.InfrastructureUnavailable`, whatever statement was running, so a
+:class:`~schemas.errors.InfrastructureUnavailable`, whatever statement was running, so a
 caller can tell "try again when it is back" from a statement that failed.
 
 The limit of the second line of defence (docs/tenancy.md): the scope settings are ordinary
@@ -39,7 +39,7 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.errors import ConfigurationError, InfrastructureUnavailable
+from schemas.errors import ConfigurationError, InfrastructureUnavailable
 
 _ROLE_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 SERVICE_ROLE = "contextcore_app"

@@ -15,8 +15,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from broker.topics import TopicSpec, ensure_topics
 from contextcore.knowledge.encoder import Encoder
-from contextcore.memory.models import Invoker
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from schemas.memory import Invoker
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from contextcore.memory.models import Invoker
+from schemas.memory import Invoker
 from tests.integration.conftest import Config
 from tests.integration.helpers import producer, remember_message, request_message
 

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject, ResourceRef
 from contextcore.sources.application import PROJECTIONS, ApplicationContextSource
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
+from schemas.context import ContextRequest, ContextSourceSpec, ContextSubject, ResourceRef
 from tests.integration import seed
 
 pytestmark = pytest.mark.integration

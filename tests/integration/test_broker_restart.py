@@ -39,13 +39,12 @@ import pytest
 from aiokafka.errors import KafkaError
 
 from broker.topics import build_topics, memory_topics
-from contextcore.errors import ReplyTimeout
-from contextcore.memory.models import Invoker, MemoryCandidate
-from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from devstack.stack import DevSettings, DevStack
 from producers.client import ChannelOptions, ContextClient
 from producers.memory import MemoryClient
-from schemas.memory import MemoryAnswerV1
+from schemas.context import ContextPolicy, ContextRequest, ContextSubject
+from schemas.errors import ReplyTimeout
+from schemas.memory import Invoker, MemoryAnswerV1, MemoryCandidate
 from tests.integration.conftest import Config, ConsumerProcess, StartConsumer
 from tests.integration.helpers import free_port, until
 

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from contextcore.errors import PublishFailed
-from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ContextSubject
 from producers.client import BuildFailed, ContextClient, ReplyTimeout
 from schemas.build import BuildReplyV1
+from schemas.context import ContextBrief, ContextPolicy, ContextRequest, ContextSubject
+from schemas.errors import PublishFailed
 from tests.integration.conftest import Config, Database, StartConsumer, spawn_build_consumer
 from tests.integration.helpers import free_port, producer, until
 

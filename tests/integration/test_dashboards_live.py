@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from broker.topics import all_topics, ensure_topics
-from contextcore.memory.models import Invoker, MemoryCandidate
-from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from devstack.prometheus import binary
 from monitoring.dashboards import RATE, queries
 from producers.client import ContextClient
 from producers.memory import MemoryClient
+from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from schemas.memory import Invoker, MemoryCandidate
 from tests.integration import seed
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import free_port, producer, read_json

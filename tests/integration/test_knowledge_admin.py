@@ -41,7 +41,7 @@ async def command(config: Config, *args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "producers.knowledge_admin",
+        "admin.knowledge",
         *args,
         env=config.environ(),
         stdout=asyncio.subprocess.PIPE,

@@ -9,12 +9,12 @@ import uuid
 import asyncpg
 import pytest
 
+from admin.documents import DocumentsClient
 from contextcore.knowledge import store
 from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
-from producers.documents import DocumentsClient
 from schemas.upload import EmbedBatchV1, EmbedChunkV1
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import only_encoder, producer, read_json

@@ -16,11 +16,11 @@ import pytest
 from broker.topics import upload_topics
 from contextcore.knowledge.encoder import Encoder
 from contextcore.knowledge.queries import QueryVectors
-from contextcore.models import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient, UploadFailed, UploadSuperseded
+from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import only_encoder, producer, read_json

@@ -885,7 +885,7 @@ async def test_the_indexer_job_builds_as_tenants_grow_and_stops_on_sigterm(
     job = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "producers.knowledge_admin",
+        "admin.knowledge",
         "index",
         "--apply",
         "--every",

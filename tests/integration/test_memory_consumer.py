@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, memory_topics
 from contextcore.memory.health import health
-from contextcore.memory.models import Invoker, MemoryCandidate
 from contextcore.storage.tenancy import TenantDatabase
 from producers.memory import MemoryClient
+from schemas.memory import Invoker, MemoryCandidate
 from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import Librdkafka, read_json, remember_message
 from tests.integration.test_poison_records import json_values, text_of
@@ -369,7 +369,8 @@ async def memory_command(config: Config, *args: str) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "producers.memory_cli",
+        "producers.command",
+        "memory",
         *args,
         env=config.environ(),
         stdout=asyncio.subprocess.PIPE,

@@ -17,12 +17,13 @@ import asyncpg
 import pytest
 
 from contextcore.memory import store
-from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
 from contextcore.memory.service import MemoryService, remember_write
-from contextcore.models import ContextRequest, ContextSourceSpec, ContextSubject
+from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.provision import Login
 from contextcore.storage.tenancy import TenantDatabase
+from schemas.context import ContextRequest, ContextSourceSpec, ContextSubject
+from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
 from tests.integration.conftest import Database
 from tests.integration.helpers import as_service_role, run, waits_on_a_lock
 
@@ -53,7 +54,7 @@ async def tenants(admin: asyncpg.Connection) -> None:
 
 @pytest.fixture
 def service(tenant_db: TenantDatabase) -> MemoryService:
-    return MemoryService(tenant_db)
+    return MemoryService(PostgresMemoryJournal(tenant_db))
 
 
 def invoker(user: uuid.UUID, org: uuid.UUID = ORG) -> Invoker:
@@ -97,7 +98,7 @@ async def dump(database: Database) -> str:
 
 async def erase_command(database: Database, *args: str) -> tuple[int, str, str]:
     env = {**os.environ, "CONTEXTCORE_DATABASE_OWNER_URL": database.owner_url}
-    return await run(sys.executable, "-m", "producers.memory_cli", "erase", *args, env=env)
+    return await run(sys.executable, "-m", "producers.command", "memory", "erase", *args, env=env)
 
 
 @pytest.mark.usefixtures("tenants")

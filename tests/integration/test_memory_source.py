@@ -13,20 +13,21 @@ import asyncpg
 import pytest
 
 from contextcore.builder import DefaultContextBuilder
-from contextcore.memory.models import Invoker, MemoryCandidate, MemorySubjectRef, Written
 from contextcore.memory.service import MemoryService
-from contextcore.models import (
+from contextcore.memory.store import PostgresMemoryJournal
+from contextcore.packer import ContextPacker
+from contextcore.registry import ContextSourceRegistry
+from contextcore.sources.application import ApplicationContextSource
+from contextcore.sources.memory import MemoryContextSource
+from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
+from schemas.context import (
     ContextPolicy,
     ContextRequest,
     ContextSourceSpec,
     ContextSubject,
     ResourceRef,
 )
-from contextcore.packer import ContextPacker
-from contextcore.registry import ContextSourceRegistry
-from contextcore.sources.application import ApplicationContextSource
-from contextcore.sources.memory import MemoryContextSource
-from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
+from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef, Written
 from tests.integration import seed
 from tests.integration.conftest import Database
 
@@ -76,7 +77,7 @@ def source(pool: asyncpg.Pool, reads: Reads) -> MemoryContextSource:
 
 @pytest.fixture
 def service(pool: asyncpg.Pool) -> MemoryService:
-    return MemoryService(TenantDatabase(pool))
+    return MemoryService(PostgresMemoryJournal(TenantDatabase(pool)))
 
 
 def subject(

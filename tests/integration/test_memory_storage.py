@@ -14,15 +14,10 @@ import pytest
 
 from contextcore.memory import store
 from contextcore.memory.health import health
-from contextcore.memory.models import (
-    Invoker,
-    MemoryCandidate,
-    MemorySubjectRef,
-    Refusal,
-    Written,
-)
 from contextcore.memory.service import MemoryService, remember_write
+from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.storage.tenancy import TenantDatabase
+from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
 from tests.integration.conftest import Database
 from tests.integration.helpers import as_service_role
 
@@ -43,7 +38,7 @@ async def tenants(admin: asyncpg.Connection) -> None:
 
 @pytest.fixture
 def service(tenant_db: TenantDatabase) -> MemoryService:
-    return MemoryService(tenant_db)
+    return MemoryService(PostgresMemoryJournal(tenant_db))
 
 
 def user(org: uuid.UUID = ORG_A, **changes: object) -> Invoker:
@@ -371,7 +366,9 @@ async def test_writers_racing_on_one_chain_form_one_linear_chain(
     pool = await asyncpg.create_pool(database.url, min_size=8, max_size=8)
     assert pool is not None
     try:
-        service = MemoryService(TenantDatabase(pool), max_batch=1, concurrency=8)
+        service = MemoryService(
+            PostgresMemoryJournal(TenantDatabase(pool)), max_batch=1, concurrency=8
+        )
         root = written(await service.remember(user(), candidate("root", "observation.race"), key()))
         calls = [
             service.remember(user(), candidate(f"text {i % 7}", "observation.race"), key())
@@ -589,7 +586,7 @@ async def test_a_batch_applies_writes_of_one_chain_in_order_and_replays_a_repeat
     admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
     # concurrency 1: calls made together gather into one batch, one transaction
-    service = MemoryService(tenant_db, max_batch=64, concurrency=1)
+    service = MemoryService(PostgresMemoryJournal(tenant_db), max_batch=64, concurrency=1)
     repeated = key()
     answers = await asyncio.gather(
         service.remember(user(), candidate("another chain", "observation.other"), key()),
@@ -618,7 +615,7 @@ async def test_a_batch_applies_writes_of_one_chain_in_order_and_replays_a_repeat
 async def test_a_write_the_database_refuses_costs_only_its_own_answer_in_a_batch(
     admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    service = MemoryService(tenant_db, max_batch=64, concurrency=1)
+    service = MemoryService(PostgresMemoryJournal(tenant_db), max_batch=64, concurrency=1)
     nowhere = user(uuid.uuid4())  # an organization that does not exist
     answers = await asyncio.gather(
         service.remember(user(), candidate("another chain", "observation.other"), key()),
@@ -641,7 +638,7 @@ async def test_a_write_the_database_refuses_costs_only_its_own_answer_in_a_batch
 async def test_a_batch_never_reaches_another_tenants_memory(
     admin: asyncpg.Connection, tenant_db: TenantDatabase
 ) -> None:
-    service = MemoryService(tenant_db, max_batch=64, concurrency=1)
+    service = MemoryService(PostgresMemoryJournal(tenant_db), max_batch=64, concurrency=1)
     a_memory = written(await service.remember(user(ORG_A), candidate("English"), key())).memory
     answers = await asyncio.gather(
         service.remember(user(ORG_A), candidate("another chain", "observation.other"), key()),

@@ -13,13 +13,6 @@ import pytest
 from consumers.build.sources import process_registry
 from contextcore.knowledge.encoder import DEFAULT_MODEL
 from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels, live_models
-from contextcore.models import (
-    ContextPolicy,
-    ContextRequest,
-    ContextSourceSpec,
-    ContextSubject,
-    ResourceRef,
-)
 from contextcore.packer import ContextPacker
 from contextcore.registry import PolicyError
 from contextcore.sources import definition_summary, dossier
@@ -30,6 +23,13 @@ from contextcore.sources.dossier import DossierContextSource, Fact
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from contextcore.tokens import estimate_tokens
+from schemas.context import (
+    ContextPolicy,
+    ContextRequest,
+    ContextSourceSpec,
+    ContextSubject,
+    ResourceRef,
+)
 from tests.integration import seed
 from tests.integration.conftest import Database
 from tests.integration.helpers import until

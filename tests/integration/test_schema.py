@@ -24,7 +24,7 @@ async def schema(command: str, owner_url: str | None, **extra: str) -> tuple[int
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "contextcore.storage.cli",
+        "admin.schema",
         command,
         env=env,
         stdout=asyncio.subprocess.PIPE,

@@ -7,7 +7,6 @@ import uuid
 import asyncpg
 import pytest
 
-from contextcore.errors import ConfigurationError
 from contextcore.storage.pool import create_pool
 from contextcore.storage.provision import Login
 from contextcore.storage.tenancy import (
@@ -18,6 +17,7 @@ from contextcore.storage.tenancy import (
     TenantDatabase,
     TenantQuery,
 )
+from schemas.errors import ConfigurationError
 from tests.integration import seed
 from tests.integration.conftest import Database, Roles
 

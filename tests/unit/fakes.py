@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
-from contextcore.models import (
+from schemas.context import (
     ContextItem,
     ContextKind,
     ContextRequest,

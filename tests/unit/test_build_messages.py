@@ -13,10 +13,10 @@ from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
 from contextcore.builder import ContextBuilder, DefaultContextBuilder
-from contextcore.models import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
 from schemas.build import BuildReplyV1, ErrorInfo, parse_build_request
+from schemas.context import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
 from schemas.envelope import reply_address
 from tests.unit.fakes import StaticSource, item
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from contextcore.builder import DefaultContextBuilder, ReadCause, RequiredContextSourceError
-from contextcore.models import ContextPolicy, ContextRequest, ContextSubject
 from contextcore.packer import NOTICE_PREFIX, ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
+from schemas.context import ContextPolicy, ContextRequest, ContextSubject
 from tests.unit.fakes import StaticSource, item
 
 REQUEST = ContextRequest(

@@ -5,11 +5,14 @@ refusal and an unavailable service apart."""
 from __future__ import annotations
 
 import os
+import re
 from importlib.metadata import EntryPoint
 
 import pytest
 
-from contextcore.errors import (
+from producers import command
+from producers.knowledge import DocumentTooLarge
+from schemas.errors import (
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
@@ -21,10 +24,18 @@ from contextcore.errors import (
     SchemaError,
     exit_code,
 )
-from producers import command
-from producers.knowledge import DocumentTooLarge
 
-EXPECTED = {"build", "upload", "knowledge", "memory", "serve", "policy", "schema", "dev"}
+CLIENT = {"build", "upload", "memory"}
+"""What the client distribution brings (packaging/client/pyproject.toml)."""
+EXPECTED = CLIENT | {
+    "knowledge",
+    "serve",
+    "policy",
+    "schema",
+    "memory.health",
+    "memory.erase",
+    "dev",
+}
 
 seen: list[tuple[list[str], str | None]] = []
 
@@ -71,10 +82,48 @@ def test_a_command_runs_with_the_global_settings_and_its_own_arguments(
     assert seen == [(["x", "--y"], "k:1")]
 
 
+def other(argv: list[str]) -> int:
+    seen.append((["other", *argv], None))
+    return 8
+
+
+def test_a_distribution_adds_a_subcommand_to_a_command_another_owns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    points = {
+        "memory": EntryPoint("memory", f"{__name__}:echo", command.GROUP),
+        "memory.health": EntryPoint("memory.health", f"{__name__}:other", command.GROUP),
+    }
+    monkeypatch.setattr(command, "commands", lambda: points)
+    seen.clear()
+    assert command.main(["memory", "health", "--days", "3"]) == 8
+    assert command.main(["memory", "remember", "--text", "x"]) == 7
+    assert command.main(["memory"]) == 7
+    assert [argv for argv, _ in seen] == [
+        ["other", "--days", "3"],
+        ["remember", "--text", "x"],
+        [],
+    ]
+
+
+def test_a_command_of_another_distribution_says_where_it_comes_from(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    client_only = {name: point for name, point in command.commands().items() if name in CLIENT}
+    monkeypatch.setattr(command, "commands", lambda: client_only)
+    assert command.main(["serve", "build"]) == EXIT_USAGE
+    assert "comes with the service distribution" in capsys.readouterr().err
+    assert command.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "  serve " not in out  # not listed
+    assert "contextcore --bootstrap-servers kafka:9092 serve" not in out  # nor an example
+    assert "contextcore build request.json" in out
+
+
 def test_usage_errors_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert command.main(["no-such-command"]) == EXIT_USAGE
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert line.startswith("contextcore: no command 'no-such-command' (commands: build, ")
+    assert line.startswith("contextcore: no command 'no-such-command' (commands: build, dev, ")
     assert command.main(["--nope", "build"]) == EXIT_USAGE
     assert command.main([]) == EXIT_USAGE  # no command: the help on stderr, a usage status
     assert "commands:" in capsys.readouterr().err
@@ -90,7 +139,8 @@ def test_the_help_lists_every_command_with_a_line_of_its_own(
     assert command.main(["--help"]) == 0
     out = capsys.readouterr().out
     for name in EXPECTED:
-        [line] = [line for line in out.splitlines() if line.startswith(f"  {name} ")]
+        shown = name.replace(".", " ")  # memory.health is `contextcore memory health`
+        [line] = [line for line in out.splitlines() if re.match(f"  {shown}  +[A-Z]", line)]
         assert len(line.split(maxsplit=1)) == 2, line  # a summary beside the name
     assert "exit status:" in out
 
@@ -99,10 +149,12 @@ def test_the_help_lists_every_command_with_a_line_of_its_own(
 def test_each_commands_help_is_plain_text_with_an_example(
     name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    words = name.split(".")
     with pytest.raises(SystemExit) as exited:
-        command.main([name, "--help"])
+        command.main([*words, "--help"])
     assert exited.value.code == 0
     out = capsys.readouterr().out
+    name = " ".join(words)
     assert out.startswith(f"usage: contextcore {name} ")
     assert "``" not in out  # no reStructuredText
     assert ":class:" not in out

@@ -36,8 +36,8 @@ from consumers.runtime.records import (
 )
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.tracker import PartitionTracker
-from contextcore.errors import InfrastructureUnavailable
 from schemas.envelope import DeadLetterV1
+from schemas.errors import InfrastructureUnavailable
 
 
 class Message(BaseModel):

@@ -17,9 +17,14 @@ from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
+from producers.command import commands
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
+CLIENT = tomllib.loads((ROOT / "packaging" / "client" / "pyproject.toml").read_text())
+SCRIPTS = set(CLIENT["project"]["scripts"])
+SHIPPED = {name.split(".")[0] for name in commands()} - {"dev"}
+"""The subcommands the two shipped distributions bring (the dev tools' ``dev`` is not in the
+image)."""
 SETTINGS = {
     f"{group.model_config.get('env_prefix', '')}{name}".upper()
     for group in (
@@ -66,6 +71,7 @@ def test_k8s_and_compose_commands_are_installed_scripts_and_settings_exist() -> 
     ]
     assert commands
     assert {command[0] for command in commands} <= SCRIPTS
+    assert {command[1] for command in commands} <= SHIPPED
 
     config = next(d for d in k8s_documents() if d["kind"] == "ConfigMap")
     assert set(config["data"]) <= SETTINGS

@@ -10,15 +10,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from contextcore.memory.models import (
+from contextcore.memory.refs import parse_stored_refs
+from contextcore.memory.service import fingerprint, remember_write, subject_key
+from schemas.memory import (
+    ForgetV1,
     Invoker,
     MemoryCandidate,
     MemorySubjectRef,
+    RememberV1,
     not_blank,
-    parse_stored_refs,
+    parse_memory_write,
 )
-from contextcore.memory.service import fingerprint, remember_write, subject_key
-from schemas.memory import ForgetV1, RememberV1, parse_memory_write
 
 ORG = uuid.UUID("7d000000-0000-4000-8000-0000000000a1")
 USER = uuid.UUID("7d000000-0000-4000-8000-00000000e001")

@@ -12,9 +12,9 @@ from consumers.knowledge.sweep.app import Sweeper, SweepSettings
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
-from contextcore.models import ContextBrief
 from contextcore.settings import DatabaseSettings
 from devstack.prometheus import check_metrics
+from schemas.context import ContextBrief
 
 
 def runtime(consumer: str) -> RuntimeMetrics:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from contextcore.errors import MigrationFileError
 from contextcore.storage.migrations import MIGRATIONS_DIR, load_migrations, problems_of
 from devstack import history_guard
+from schemas.errors import MigrationFileError
 
 REPO = Path(__file__).resolve().parents[2]
 

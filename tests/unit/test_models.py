@@ -7,7 +7,8 @@ import uuid
 import pytest
 from pydantic import ValidationError
 
-from contextcore.models import (
+from contextcore.tokens import estimate_tokens
+from schemas.context import (
     CLASS_ORDER,
     MAX_CONTEXT_ITEM_LIMIT,
     ContextPolicy,
@@ -17,7 +18,6 @@ from contextcore.models import (
     ResourceRef,
     make_subject_key,
 )
-from contextcore.tokens import estimate_tokens
 
 
 @pytest.mark.parametrize("value", ["5", True, 5.0, -1])

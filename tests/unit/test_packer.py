@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from contextcore.models import ContextPolicy, ResourceRef
 from contextcore.packer import NOTICE_PREFIX, SECTION_HEADINGS, ContextPacker
 from contextcore.tokens import estimate_tokens
+from schemas.context import ContextPolicy, ResourceRef
 from tests.unit.fakes import item
 
 PACK = ContextPacker().pack

@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextcore.models import CLASS_ORDER, ContextItem, ContextPolicy, ContextSourceSpec
 from contextcore.packer import (
     NOT_ENABLED,
     NOTICE_PREFIX,
@@ -19,6 +18,7 @@ from contextcore.packer import (
     ContextPacker,
 )
 from contextcore.tokens import estimate_tokens
+from schemas.context import CLASS_ORDER, ContextItem, ContextPolicy, ContextSourceSpec
 
 SOURCES = [f"s{i}" for i in range(4)]
 text = st.text(

@@ -8,8 +8,8 @@ import hmac
 
 import pytest
 
-from contextcore.errors import ConfigurationError
 from contextcore.storage.provision import Login, scram_verifier
+from schemas.errors import ConfigurationError
 
 
 def test_a_login_is_read_from_its_url() -> None:

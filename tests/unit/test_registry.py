@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from contextcore.models import ContextPolicy, ContextSourceSpec
 from contextcore.registry import ContextSource, ContextSourceRegistry, PolicyError
+from schemas.context import ContextPolicy, ContextSourceSpec
 from tests.unit.fakes import KnowledgeOptions, StaticSource
 
 

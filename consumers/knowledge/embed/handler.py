@@ -18,10 +18,11 @@ from pydantic import ValidationError
 from consumers.knowledge.embed.metrics import EmbedMetrics
 from consumers.knowledge.replies import reply, status_of
 from consumers.runtime.records import DeadLetter, Done, Inbound, Outcome, Reply, Stopwatch
-from contextcore.errors import validation_lines
+from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.embed import Embedder, UnknownModel
 from schemas import wire
 from schemas.envelope import printable
+from schemas.errors import validation_lines
 from schemas.upload import EmbedBatchV1
 
 
@@ -47,7 +48,7 @@ class EmbedHandler:
                     batch.source_id,
                     batch.generation,
                     batch.embedding_model,
-                    [chunk.chunk() for chunk in batch.chunks],
+                    [Chunk(**chunk.model_dump()) for chunk in batch.chunks],
                 )
         except UnknownModel as error:
             return DeadLetter("unknown_model", str(error))

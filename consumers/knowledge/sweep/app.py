@@ -33,12 +33,12 @@ from consumers.runtime.delivery import Health, Publisher, PublishError
 from consumers.runtime.health import HealthServer
 from consumers.runtime.kafka import AiokafkaPublisher
 from consumers.runtime.metrics import schema_info
-from contextcore.errors import InfrastructureUnavailable
 from contextcore.knowledge import indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import ledger
 from contextcore.storage.pool import connect
 from contextcore.storage.tenancy import service_role
+from schemas.errors import InfrastructureUnavailable
 
 log = logging.getLogger("contextcore.sweep")
 

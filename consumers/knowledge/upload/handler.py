@@ -167,7 +167,9 @@ class UploadHandler:
             source_id=batch.source_id,
             generation=batch.generation,
             embedding_model=batch.model,
-            chunks=[EmbedChunkV1.of(chunk) for chunk in batch.chunks],
+            chunks=[
+                EmbedChunkV1.model_validate(chunk, from_attributes=True) for chunk in batch.chunks
+            ],
         )
         await self.publisher.publish(
             self.embed_topic,

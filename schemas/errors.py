@@ -18,6 +18,10 @@
     ├── ModelMoved                  a scope's live model flipped mid-search: search again
     ├── UnknownModel (LookupError)  a batch names a model this process does not encode with
     ├── MemoryContention            a memory write lost its chain's head too often
+    ├── JournalRefused              the memory journal refused a transaction whole
+    │   ├── ConstraintBroken        ... for a rule no retry changes
+    │   ├── LostTheRace             ... for a chain's head, too often
+    │   └── WrittenConcurrently     ... for a writer of the same key that committed
     ├── Refused                     an admin command may not run now                     exit 1
     └── ClientError                 a client call got no usable answer (producers/)
         ├── PublishFailed (InfrastructureUnavailable)  the broker did not take it        exit 3
@@ -32,8 +36,9 @@ Where they live: ``SourceFailure`` contextcore/builder.py, ``WireError`` schemas
 ``PublishError`` consumers/runtime/delivery.py, ``ExtractionError`` contextcore/knowledge/
 extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/objects.py,
 ``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/search.py, ``UnknownModel``
-contextcore/knowledge/embed.py, ``MemoryContention`` contextcore/memory/service.py, ``Refused``
-producers/knowledge_admin.py, ``DocumentTooLarge`` producers/knowledge.py, the rest here.
+contextcore/knowledge/embed.py, ``MemoryContention`` and ``JournalRefused`` with its three
+contextcore/memory/service.py, ``Refused`` admin/knowledge.py, ``DocumentTooLarge``
+producers/knowledge.py, the rest here.
 (``_Died`` in contextcore/knowledge/sandbox.py, private to its module, is one too.) A test
 (tests/unit/test_errors.py) checks that every exception class the packages define is drawn
 here and derives from the root.

@@ -13,14 +13,14 @@ from uuid import UUID
 
 import asyncpg
 
+from admin.documents import DocumentsClient
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.errors import ContextcoreError, command_parser, run_command
 from contextcore.knowledge import admin, indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import PLATFORM, Scope, TenantConnection, TenantDatabase
-from producers.documents import DocumentsClient
 from producers.knowledge import KnowledgeClient
+from schemas.errors import ContextcoreError, command_parser, run_command
 
 
 class Refused(ContextcoreError):

@@ -7,11 +7,11 @@ import sys
 
 import asyncpg
 
-from contextcore.errors import command_parser, run_command
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect
 from contextcore.storage.provision import provision
+from schemas.errors import command_parser, run_command
 
 
 async def _run(command: str, settings: DatabaseSettings) -> int:
