@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from contextcore.knowledge.chunk import ChunkSettings
+from contextcore.knowledge.chunk import ChunkSettings, ModelWindow
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.extract import ExtractionError, Limits, extract
-from contextcore.knowledge.sandbox import ModelWindow, SandboxLimits, TextSandbox
+from contextcore.knowledge.sandbox import SandboxLimits, TextSandbox
 from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
 
 UNBOUNDED = Limits(max_chars=10**9, max_bytes=10**9)

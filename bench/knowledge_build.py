@@ -35,7 +35,8 @@ from bench.seeded import drop, prepare
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics, ensure_topics
 from contextcore.knowledge import indexes
-from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
+from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import search
 from contextcore.knowledge.settings import KnowledgeSettings

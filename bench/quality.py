@@ -44,12 +44,8 @@ import numpy as np
 from bench.corpora import CACHE, Corpus, Part, held_out, tuning
 from contextcore.knowledge import indexes, store
 from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer, chunk
-from contextcore.knowledge.encoder import (
-    DEFAULT_MODEL,
-    Backend,
-    Encoder,
-    SentenceTransformerEncoder,
-)
+from contextcore.knowledge.encoder import DEFAULT_MODEL, Backend, SentenceTransformerEncoder
+from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import SearchTuning, search
 from contextcore.knowledge.settings import KnowledgeSettings

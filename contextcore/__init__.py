@@ -1,8 +1,9 @@
-"""contextcore: the domain of the context service.
+"""contextcore: the domain of the context service, and its adapters.
 
-Models, subject keys, token estimates, the source registry, the packer and the builder, plus the
-storage layer (pool, tenancy, migrations). Nothing here imports Kafka code; the consumers and
-producers packages are the only adapters to the broker.
+The domain's logic (the builder, the packer, the registry, ingestion, the embedder, the memory
+service) declares the ports it needs; the adapters here implement them on PostgreSQL, files and
+S3, the encoders and worker processes (docs/architecture.md, "Ports and adapters"). Nothing here
+imports Kafka code: the consumers are the adapters to the broker.
 """
 
 __version__ = "0.1.0"

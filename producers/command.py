@@ -69,7 +69,7 @@ def summary(point: EntryPoint) -> str:
     """The first line of the command's docstring; why it cannot load, when it cannot."""
     try:
         run: Main = point.load()
-    except Exception as error:  # the dev stack is only in a checkout of the repository
+    except Exception as error:  # a broken install: the help still lists the rest
         return f"(not available here: {type(error).__name__}: {error})"
     lines = (run.__doc__ or "").strip().splitlines()
     return lines[0] if lines else ""

@@ -34,7 +34,7 @@
 
 Where they live: ``SourceFailure`` contextcore/builder.py, ``WireError`` schemas/wire.py,
 ``PublishError`` consumers/runtime/delivery.py, ``ExtractionError`` contextcore/knowledge/
-extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/objects.py,
+extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/addresses.py,
 ``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/search.py, ``UnknownModel``
 contextcore/knowledge/embed.py, ``MemoryContention`` and ``JournalRefused`` with its three
 contextcore/memory/service.py, ``Refused`` admin/knowledge.py, ``DocumentTooLarge``

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
 from contextcore.registry import ContextSourceRegistry

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from uuid import UUID
 
 from consumers.runtime.records import Reply
-from contextcore.knowledge.store import SourceState, Superseded
+from contextcore.knowledge.state import SourceState, Superseded
 from schemas.envelope import printable
 from schemas.upload import UploadStatusV1
 

@@ -19,7 +19,7 @@ from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
 from contextcore.memory.service import MemoryContention, MemoryService
-from contextcore.sources.common import parse_uuid
+from contextcore.refs import parse_uuid
 from schemas import wire
 from schemas.envelope import printable
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, Written, parse_memory_write

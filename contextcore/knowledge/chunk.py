@@ -127,3 +127,20 @@ class WordPieceTokenizer:
                 following += 1
             start = following
         return [p for p in pieces if p]
+
+
+@dataclass(frozen=True)
+class ModelWindow:
+    """How one model cuts text: its tokenizer's folder and its window."""
+
+    tokenizer: Path
+    settings: ChunkSettings
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A document cut: its sections, and their chunks per model."""
+
+    sections: list[Section]
+    chunks: dict[str, list[Chunk]]
+    """Per model, in order."""

@@ -2,8 +2,8 @@
 
 The encode runs in a worker thread before the transaction, so a batch holds its per-model
 row's lock only while it inserts; batches in flight at once share one encode
-(:class:`~.encoder.CoalescingEncoder`). :func:`~.store.store_batch` makes a redelivered batch insert
-nothing and a batch of a superseded generation change nothing.
+(:class:`~.encoding.CoalescingEncoder`). :func:`~.store.store_batch` makes a redelivered batch
+insert nothing and a batch of a superseded generation change nothing.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Protocol
 from uuid import UUID
 
 from contextcore.knowledge.chunk import Chunk
-from contextcore.knowledge.encoder import CoalescingEncoder, Encoder
-from contextcore.knowledge.store import BatchResult
+from contextcore.knowledge.encoding import CoalescingEncoder, Encoder
+from contextcore.knowledge.state import BatchResult
 from schemas.errors import ContextcoreError
 
 

@@ -1,4 +1,6 @@
-"""The embedding model: one :class:`Encoder` per process, shared by everything that embeds.
+"""The encoders: the embedding model on sentence-transformers, and the build consumer's light
+query encoder on OpenVINO, both behind the :class:`~.encoding.Encoder` port (encoding.py), so the
+domain that embeds never imports torch or OpenVINO.
 
 :class:`SentenceTransformerEncoder` runs sentence-transformers on the configured backend
 (``openvino``, ``onnx`` or ``torch``). OpenVINO and ONNX need the model exported to their format
@@ -16,16 +18,15 @@ A call is cut into model batches by word pieces, not sentence-transformers' char
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from contextcore.knowledge.batching import Shapes, least_padding, padded
 from schemas.errors import ConfigurationError
@@ -70,15 +71,6 @@ number of texts (:meth:`~.batching.Shapes.bucketed`): 48 shapes for batches of u
 of up to 256 pieces, so no kernel is compiled twice. Against exact shapes, on 2,295 git-doc
 chunks in calls of 16 (OpenVINO, 2 cores, amx_bf16 + avx512_bf16): 136 against 106 texts/s,
 and 1,500 calls of random shapes level off at 770 MB from the 100th call (exact: 950 MB)."""
-
-
-class Encoder(Protocol):
-    model: str
-    """The pinned model name every chunk it embeds is stored under."""
-    dimensions: int
-
-    def encode(self, texts: Sequence[str]) -> list[list[float]]:
-        """One unit vector per text, in order. Blocking: call it from a worker thread."""
 
 
 def default_model_path(model: str) -> Path:
@@ -279,69 +271,3 @@ def _fingerprint(path: Path) -> str:
         for p in sorted(path.glob("*.safetensors")) + sorted(path.glob("*.bin"))
     ]
     return hashlib.sha256("|".join(stats).encode()).hexdigest()[:12]
-
-
-class SharedEncoder:
-    """The process's one encoder, loaded on first use in a worker thread (loading takes
-    seconds, an OpenVINO export longer): every caller awaits the same load."""
-
-    def __init__(self, load: Callable[[], Encoder]) -> None:
-        self._load = load
-        self._encoder: Encoder | None = None
-        self._lock = asyncio.Lock()
-
-    async def __call__(self) -> Encoder:
-        if self._encoder is None:
-            async with self._lock:
-                if self._encoder is None:
-                    self._encoder = await asyncio.to_thread(self._load)
-        return self._encoder
-
-
-class CoalescingEncoder:
-    """One encoder shared by concurrent batches: the calls that arrive while an encode runs are
-    merged into the next one (up to ``max_texts``), so a document's short last batch rides with
-    another's instead of paying a model call of its own. Results go back to each caller in its
-    own order; a failed encode fails every caller merged into it."""
-
-    def __init__(self, encoder: Encoder, max_texts: int = 64) -> None:
-        self.encoder = encoder
-        self.model = encoder.model
-        self.max_texts = max_texts
-        self._waiting: list[tuple[list[str], asyncio.Future[list[list[float]]]]] = []
-        self._worker: asyncio.Task[None] | None = None
-
-    async def encode(self, texts: Sequence[str]) -> list[list[float]]:
-        future: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
-        self._waiting.append((list(texts), future))
-        if self._worker is None or self._worker.done():
-            self._worker = asyncio.create_task(self._drain())
-        return await future
-
-    async def _drain(self) -> None:
-        while self._waiting:
-            taken: list[tuple[list[str], asyncio.Future[list[list[float]]]]] = []
-            count = 0
-            while self._waiting and (
-                not taken or count + len(self._waiting[0][0]) <= self.max_texts
-            ):
-                texts, future = self._waiting.pop(0)
-                if future.done():  # its caller was cancelled while it waited
-                    continue
-                taken.append((texts, future))
-                count += len(texts)
-            if not taken:
-                continue
-            merged = [text for texts, _ in taken for text in texts]
-            try:
-                vectors = await asyncio.to_thread(self.encoder.encode, merged)
-            except Exception as error:
-                for _, future in taken:
-                    if not future.done():
-                        future.set_exception(error)
-                continue
-            start = 0
-            for texts, future in taken:
-                if not future.done():
-                    future.set_result(vectors[start : start + len(texts)])
-                start += len(texts)

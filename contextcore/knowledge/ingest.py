@@ -24,6 +24,12 @@ finds its generation replaced at any later step (:attr:`Prepared.superseded`).
 Extraction and chunking run in a worker process (:class:`~.sandbox.TextSandbox`), bounded by
 :class:`~.extract.Limits` and the sandbox's memory, CPU, wall-time and output limits; passing one
 fails the generation with that reason, like any other reason a document has no text.
+
+:class:`Ingestion` reaches the world through three ports: :class:`KnowledgeRepository` (the
+knowledge tables; :class:`~.store.PostgresKnowledgeRepository`), :class:`ObjectStore` (uploaded
+objects; :class:`~.objects.ObjectReader`) and :class:`TextCutter` (the sandbox). Its own logic,
+the order of the steps and every answer of a redelivery, has unit tests on in-memory ones
+(tests/unit/test_ingestion.py).
 """
 
 from __future__ import annotations
@@ -33,17 +39,21 @@ import binascii
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from uuid import UUID, uuid4
+from typing import Protocol
+from uuid import UUID
 
-from contextcore.knowledge import objects, store
-from contextcore.knowledge.chunk import Chunk
+from contextcore.knowledge.addresses import (
+    ObjectAddress,
+    ObjectError,
+    ObjectUnavailable,
+    parse,
+)
+from contextcore.knowledge.chunk import Chunk, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
-from contextcore.knowledge.objects import ObjectError, ObjectReader, ObjectUnavailable
-from contextcore.knowledge.sandbox import Cut, ModelWindow, TextSandbox
-from contextcore.storage import ledger
-from contextcore.storage.tenancy import PLATFORM, TenantDatabase
+from contextcore.knowledge.state import DELETED, Accepted, SourceState, Superseded
 
 CONSUMER = "upload"
+"""The consumer whose ledger claims an upload key (the store claims it under this name)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +80,116 @@ class Reingest:
     correlation_id: str | None = None
 
 
+@dataclass(frozen=True)
+class NewSource:
+    """A document to create, or to start the next generation of: ``uri`` or ``object_key`` is
+    its identity in its scope (neither, for an inline document: each is a source of its own)."""
+
+    kind: str
+    title: str
+    uri: str | None
+    object_key: str | None
+    media_type: str
+    reply_to: str | None
+    correlation_id: str | None
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What the first transaction of an upload or a re-ingest found."""
+
+    claimed: bool
+    """The call's key was new: this is its first handling, not a redelivery."""
+    started: Accepted | None
+    """The generation this call started; ``None`` on a redelivery, for a switch, and for a
+    re-ingest of a source with no stored text."""
+    source: SourceState | None
+    """The source now (``None``: there is none, or it was deleted)."""
+    live_model: str
+    next_model: str | None
+    """The model a switch is moving the scope to, if one is."""
+
+
+class KnowledgeRepository(Protocol):
+    """The knowledge tables as ingestion uses them. Each method is one transaction in the
+    scope of ``organization_id`` (``None``: the platform's), and returns the source as that
+    transaction left it (``None``: deleted)."""
+
+    async def open_upload(
+        self, organization_id: UUID | None, upload_key: str, new: NewSource
+    ) -> Opened:
+        """Claim ``upload_key``; when it is new, create the source with this identity or start
+        its next generation. Then the source (by identity, when the key was claimed before) and
+        the scope's models."""
+        ...
+
+    async def open_reingest(
+        self,
+        organization_id: UUID | None,
+        key: str,
+        source_id: UUID,
+        *,
+        restart: bool,
+        reply_to: str | None,
+        correlation_id: str | None,
+    ) -> Opened:
+        """Claim ``key``; when it is new and ``restart``, start the source's next generation
+        from its stored text. Then the source and the scope's models."""
+        ...
+
+    async def source(self, organization_id: UUID | None, source_id: UUID) -> SourceState | None: ...
+
+    async def record_text(
+        self,
+        source: SourceState,
+        sections: list[Section],
+        chunk_counts: dict[str, int],
+        size_bytes: int | None,
+    ) -> SourceState | None:
+        """Keep the generation's extracted text and how many chunks it has per model."""
+        ...
+
+    async def expect_chunks(
+        self, source: SourceState, chunk_counts: dict[str, int]
+    ) -> SourceState | None:
+        """The generation has this many chunks per model (a ready model is left as it is)."""
+        ...
+
+    async def fail(self, source: SourceState, reason: str) -> SourceState | None:
+        """Fail the generation with ``reason``, unless it is no longer pending."""
+        ...
+
+
+class ObjectStore(Protocol):
+    """Where uploaded objects are read: refused at once, or read under the service's bounds."""
+
+    def check(self, address: ObjectAddress, organization_id: UUID | None) -> None:
+        """Raises :class:`ObjectError` for an address this service will not read for this
+        uploader, before anything is stored."""
+        ...
+
+    async def read(self, address: ObjectAddress, organization_id: UUID | None) -> bytes:
+        """Raises :class:`ObjectError` (for good) or :class:`ObjectUnavailable` (try again)."""
+        ...
+
+
+class TextCutter(Protocol):
+    """Extracts a document's sections and cuts them into chunks per model, bounded."""
+
+    async def cut(
+        self,
+        *,
+        title: str,
+        models: dict[str, ModelWindow],
+        media_type: str = "",
+        document: bytes | None = None,
+        sections: list[Section] | None = None,
+        limits: Limits | None = None,
+    ) -> Cut:
+        """Raises :class:`~.extract.ExtractionError`: why there is no text."""
+        ...
+
+
 _NO_TEXT = "the source has no stored text (its extraction failed): upload the document again"
 
 
@@ -84,28 +204,28 @@ class Batch:
 
 @dataclass(frozen=True)
 class Prepared:
-    source: store.SourceState
+    source: SourceState
     batches: list[Batch]
-    superseded: store.Superseded | None = None
+    superseded: Superseded | None = None
     """This upload's generation was replaced by a later one: the answer is ``superseded``,
     never :attr:`source`'s status (which belongs to the later upload)."""
 
 
-Replaced = Callable[[store.Superseded], Awaitable[None]]
+Replaced = Callable[[Superseded], Awaitable[None]]
 """Tells the uploader of a replaced pending generation (the upload consumer publishes
 ``superseded`` on its address)."""
 
 
-async def _ignore(replaced: store.Superseded) -> None:
+async def _ignore(replaced: Superseded) -> None:
     """The default :data:`Replaced`: nobody to tell."""
 
 
 class Ingestion:
     def __init__(
         self,
-        database: TenantDatabase,
-        reader: ObjectReader,
-        sandbox: TextSandbox,
+        repository: KnowledgeRepository,
+        reader: ObjectStore,
+        sandbox: TextCutter,
         models: Callable[[str], ModelWindow | None],
         *,
         limits: Limits | None = None,
@@ -113,7 +233,7 @@ class Ingestion:
     ) -> None:
         """``models`` gives a model's tokenizer and window, or ``None`` for a model this
         process cannot cut for (the source then fails with that reason)."""
-        self.database = database
+        self.repository = repository
         self.reader = reader
         self.sandbox = sandbox
         self.models = models
@@ -134,8 +254,7 @@ class Ingestion:
             ObjectUnavailable: the object store did not answer (the upload is to be retried);
                 on the ``last_attempt`` the source fails with that reason instead.
         """
-        scope = upload.organization_id if upload.organization_id is not None else PLATFORM
-        address = objects.parse(upload.object) if upload.object is not None else None
+        address = parse(upload.object) if upload.object is not None else None
         if address is not None:
             self.reader.check(address, upload.organization_id)
         uri = upload.uri
@@ -147,31 +266,23 @@ class Ingestion:
                 object_key = address.object_key
             else:
                 uri = upload.object
-        accepted = None
-        async with self.database.writing(scope) as tenant:
-            if await ledger.claim(tenant, CONSUMER, upload.upload_key):
-                accepted = await store.accept(
-                    tenant,
-                    source_id=uuid4(),
-                    kind=kind,
-                    title=upload.title,
-                    uri=uri,
-                    object_key=object_key,
-                    media_type=upload.media_type,
-                    reply_to=upload.reply_to,
-                    correlation_id=upload.correlation_id,
-                    upload_key=upload.upload_key,
-                )
-                state = await store.source(tenant, accepted.source_id)
-            else:
-                state = await store.source_by_identity(tenant, uri=uri, object_key=object_key)
-            active, switching = await store.models(tenant)
-        if accepted is not None and accepted.replaced is not None:
-            await replaced(accepted.replaced)
+        new = NewSource(
+            kind=kind,
+            title=upload.title,
+            uri=uri,
+            object_key=object_key,
+            media_type=upload.media_type,
+            reply_to=upload.reply_to,
+            correlation_id=upload.correlation_id,
+        )
+        opened = await self.repository.open_upload(upload.organization_id, upload.upload_key, new)
+        if opened.started is not None and opened.started.replaced is not None:
+            await replaced(opened.started.replaced)
+        state, active, switching = opened.source, opened.live_model, opened.next_model
         if state is None:  # handled before, and its document deleted since
             return Prepared(_deleted(upload.title), [])
         if state.upload_key != upload.upload_key:  # a redelivery, after a later upload
-            return Prepared(state, [], superseded=store.Superseded(state.id, state.generation))
+            return Prepared(state, [], superseded=Superseded(state.id, state.generation))
         if state.status != "pending":
             return Prepared(state, [])
         targets = [active] if switching is None else [active, switching]
@@ -191,17 +302,11 @@ class Ingestion:
             if not last_attempt:
                 raise
             return await self._fail(state, f"{error} (after the last attempt)")
-        async with self.database.writing(scope) as tenant:
-            if state.sections is None:
-                await store.record_text(
-                    tenant,
-                    state.id,
-                    state.generation,
-                    cut.sections,
-                    {model: len(chunks) for model, chunks in cut.chunks.items()},
-                    size_bytes=size_bytes,
-                )
-            current = await store.source(tenant, state.id)
+        if state.sections is None:
+            counts = {model: len(chunks) for model, chunks in cut.chunks.items()}
+            current = await self.repository.record_text(state, cut.sections, counts, size_bytes)
+        else:  # recorded by an earlier handling of this upload
+            current = await self.repository.source(state.organization_id, state.id)
         if current is None:  # an admin deleted it meanwhile
             return Prepared(_deleted(state.title, state), [])
         return _unless_superseded(state, current, self._batches(state, cut.chunks))
@@ -212,28 +317,26 @@ class Ingestion:
         Returns why it cannot be done instead (no such source, no stored text). A retry that
         replaces a pending generation tells its uploader through ``replaced``, as an upload
         does."""
-        scope = command.organization_id if command.organization_id is not None else PLATFORM
-        restarted = None
-        async with self.database.writing(scope) as tenant:
-            first = await ledger.claim(tenant, CONSUMER, command.key)
-            if first and command.models is None:
-                restarted = await store.restart(
-                    tenant, command.source_id, command.key, command.reply_to, command.correlation_id
-                )
-                if restarted is None:
-                    state = await store.source(tenant, command.source_id)
-                    return "no such source" if state is None else _NO_TEXT
-            state = await store.source(tenant, command.source_id)
-            active, switching = await store.models(tenant)
-        if restarted is not None and restarted.replaced is not None:
-            await replaced(restarted.replaced)
+        opened = await self.repository.open_reingest(
+            command.organization_id,
+            command.key,
+            command.source_id,
+            restart=command.models is None,
+            reply_to=command.reply_to,
+            correlation_id=command.correlation_id,
+        )
+        if opened.started is not None and opened.started.replaced is not None:
+            await replaced(opened.started.replaced)
+        state, active, switching = opened.source, opened.live_model, opened.next_model
+        if opened.claimed and command.models is None and opened.started is None:
+            return "no such source" if state is None else _NO_TEXT  # nothing to restart from
         if state is None:
             return "no such source"
         if state.sections is None:
             return _NO_TEXT
         if command.models is None:
             if state.upload_key != command.key:  # a redelivery, after a later upload or retry
-                return Prepared(state, [], superseded=store.Superseded(state.id, state.generation))
+                return Prepared(state, [], superseded=Superseded(state.id, state.generation))
             if state.status != "pending":
                 return Prepared(state, [])  # done: the answer is its status
             targets = [active] if switching is None else [active, switching]
@@ -243,18 +346,15 @@ class Ingestion:
             cut = await self._cut(state.title, targets, sections=state.sections)
         except ExtractionError as error:
             return str(error)
-        async with self.database.writing(scope) as tenant:
-            await store.expect_chunks(
-                tenant, state.id, state.generation, {m: len(c) for m, c in cut.chunks.items()}
-            )
-            current = await store.source(tenant, state.id)
+        counts = {model: len(chunks) for model, chunks in cut.chunks.items()}
+        current = await self.repository.expect_chunks(state, counts)
         if current is None:
             return "no such source"
         if command.models is not None:
             return Prepared(state, self._batches(state, cut.chunks))
         return _unless_superseded(state, current, self._batches(state, cut.chunks))
 
-    def _batches(self, state: store.SourceState, chunked: dict[str, list[Chunk]]) -> list[Batch]:
+    def _batches(self, state: SourceState, chunked: dict[str, list[Chunk]]) -> list[Batch]:
         size = self.batch_size
         return [
             Batch(state.organization_id, state.id, state.generation, model, chunks[i : i + size])
@@ -262,7 +362,7 @@ class Ingestion:
             for i in range(0, len(chunks), size)
         ]
 
-    async def _content(self, upload: Upload, address: objects.ObjectAddress | None) -> bytes:
+    async def _content(self, upload: Upload, address: ObjectAddress | None) -> bytes:
         if address is not None:
             return await self.reader.read(address, upload.organization_id)
         if upload.text is not None:
@@ -296,25 +396,22 @@ class Ingestion:
             limits=self.limits,
         )
 
-    async def _fail(self, state: store.SourceState, reason: str) -> Prepared:
-        scope = state.organization_id if state.organization_id is not None else PLATFORM
-        async with self.database.writing(scope) as tenant:
-            await store.record_failure(tenant, state.id, state.generation, reason)
-            current = await store.source(tenant, state.id)
+    async def _fail(self, state: SourceState, reason: str) -> Prepared:
+        current = await self.repository.fail(state, reason)
         assert current is not None
         return _unless_superseded(state, current, [])
 
 
-def _deleted(title: str, state: store.SourceState | None = None) -> store.SourceState:
+def _deleted(title: str, state: SourceState | None = None) -> SourceState:
     """What an upload hears when its document was deleted before it was ready."""
     if state is not None:
-        return replace(state, status="failed", status_reason=store.DELETED)
-    return store.SourceState(
+        return replace(state, status="failed", status_reason=DELETED)
+    return SourceState(
         id=UUID(int=0),
         organization_id=None,
         title=title,
         status="failed",
-        status_reason=store.DELETED,
+        status_reason=DELETED,
         generation=1,
         chunk_count=None,
         updated_at=datetime.now(UTC),
@@ -322,13 +419,13 @@ def _deleted(title: str, state: store.SourceState | None = None) -> store.Source
 
 
 def _unless_superseded(
-    started: store.SourceState, current: store.SourceState, batches: list[Batch]
+    started: SourceState, current: SourceState, batches: list[Batch]
 ) -> Prepared:
     """The work on generation ``started`` is done; ``current`` is the source now. A later
     upload may have replaced that generation meanwhile (its steps then changed nothing): the
     answer is ``superseded``, and its batches, which the embedding group would find stale, are
     not published."""
     if current.generation != started.generation:
-        superseded = store.Superseded(current.id, current.generation, started.generation)
+        superseded = Superseded(current.id, current.generation, started.generation)
         return Prepared(current, [], superseded=superseded)
     return Prepared(current, batches)

@@ -14,7 +14,7 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
-from contextcore.knowledge.encoder import CoalescingEncoder, Encoder
+from contextcore.knowledge.encoding import CoalescingEncoder, Encoder
 from contextcore.knowledge.store import vector_text
 
 

@@ -30,12 +30,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contextcore.knowledge.chunk import Chunk, ChunkSettings
+from contextcore.knowledge.chunk import Chunk, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
 from contextcore.knowledge.worker import HEADER, frame
 from schemas.errors import ContextcoreError
@@ -60,21 +59,6 @@ class SandboxLimits:
             raise ValueError("the extraction memory limit must be at least 128 MB")
         if not 0 < self.cpu_s <= self.wall_s:
             raise ValueError("the CPU limit must be positive and at most the wall limit")
-
-
-@dataclass(frozen=True)
-class ModelWindow:
-    """How one model cuts text: its tokenizer's folder and its window."""
-
-    tokenizer: Path
-    settings: ChunkSettings
-
-
-@dataclass(frozen=True)
-class Cut:
-    sections: list[Section]
-    chunks: dict[str, list[Chunk]]
-    """Per model, in order."""
 
 
 class _Answer(BaseModel):

@@ -16,17 +16,15 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contextcore.knowledge.chunk import ChunkSettings
+from contextcore.knowledge.chunk import ChunkSettings, ModelWindow
 from contextcore.knowledge.encoder import (
     DEFAULT_MODEL,
     Backend,
-    Encoder,
     OpenVinoQueryEncoder,
     SentenceTransformerEncoder,
-    SharedEncoder,
     default_model_path,
 )
-from contextcore.knowledge.sandbox import ModelWindow
+from contextcore.knowledge.encoding import Encoder, SharedEncoder
 
 log = logging.getLogger("contextcore.knowledge")
 

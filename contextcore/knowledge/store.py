@@ -1,4 +1,6 @@
-"""The knowledge tables through the tenancy layer: named, commented SQL and the steps of ingestion.
+"""The knowledge tables through the tenancy layer: named, commented SQL, the steps of ingestion,
+and the two adapters the domain's knowledge logic writes through
+(:class:`PostgresKnowledgeRepository` for ingestion, :class:`PostgresChunkStore` for the embedder).
 
 Every statement runs in a scope (:class:`~contextcore.storage.tenancy.TenantConnection`): an
 organization's or the platform's, whose id (``None`` for the platform) is ``$1``. Row-level
@@ -6,9 +8,10 @@ security repeats the filter (migration 00007).
 
 Ingestion in two transactions per document, then one per embedding batch:
 
-1. :func:`accept`: the source row is created or updated (``pending``, a new generation). A
-   generation that was still pending is replaced: its uploader's address, which the row then
-   forgets, comes back as :class:`Superseded`, so that uploader can be told (a final status).
+1. :func:`accept` (or :func:`restart_generation`): the source row is created or updated
+   (``pending``, a new generation). A generation that was still pending is replaced: its
+   uploader's address, which the row then forgets, comes back as :class:`Superseded`, so that
+   uploader can be told (a final status).
 2. :func:`record_text` / :func:`record_failure`: the extracted text and, per target model, how
    many chunks this generation has; or the reason it failed.
 3. :func:`store_batch`: one batch of embedded chunks, under the per-model row's lock: it inserts
@@ -23,94 +26,31 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any, Literal
-from uuid import UUID
+from datetime import timedelta
+from typing import Any
+from uuid import UUID, uuid4
 
 from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.extract import Section
+from contextcore.knowledge.ingest import CONSUMER, NewSource, Opened
+from contextcore.knowledge.state import (
+    DELETED,
+    Accepted,
+    BatchResult,
+    SourceState,
+    Superseded,
+)
 from contextcore.storage import ledger
 from contextcore.storage.tenancy import (
     PLATFORM,
     SERVICE_ROLE,
     Connection,
+    Platform,
     TenantConnection,
     TenantDatabase,
     TenantQuery,
     service_role,
 )
-
-Status = Literal["pending", "ready", "failed"]
-MAX_REASON_CHARS = 2_000
-
-
-@dataclass(frozen=True)
-class SourceState:
-    id: UUID
-    organization_id: UUID | None
-    title: str
-    status: Status
-    status_reason: str | None
-    generation: int
-    chunk_count: int | None
-    updated_at: datetime
-    reply_to: str | None = None
-    correlation_id: str | None = None
-    upload_key: str | None = None
-    media_type: str | None = None
-    sections: list[Section] | None = None
-    """The extracted text (``None`` until extraction succeeded for this generation)."""
-
-
-@dataclass(frozen=True)
-class Superseded:
-    """An upload whose generation a later upload (or retry) of the same document replaced.
-
-    The source row has one uploader's address, the latest one's: from then on the source's
-    statuses (``ready``, ``failed``, the sweep's) answer the later upload only, and this one
-    would wait for ever. It is answered ``superseded`` instead, a final status.
-    """
-
-    source_id: UUID
-    by_generation: int
-    """The source's generation that replaced it."""
-    generation: int | None = None
-    """The generation replaced (``None`` when a redelivered upload no longer knows it)."""
-    reply_to: str | None = None
-    correlation_id: str | None = None
-
-    @property
-    def reason(self) -> str:
-        return (
-            "a later upload or retry of the same document replaced this one "
-            f"(generation {self.by_generation})"
-        )
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """A generation started by :func:`accept` or :func:`restart`."""
-
-    source_id: UUID
-    generation: int
-    replaced: Superseded | None
-    """The generation it replaced when that one was still pending and its uploader waits on
-    another address than this one's; ``None`` otherwise."""
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    inserted: int
-    model_ready: bool
-    """This batch completed the generation under its model."""
-    source: SourceState | None
-    """The source, when this batch made it ready (its uploader is told)."""
-    stale: bool = False
-    """The batch belongs to an older generation, or its model's row is no longer pending."""
-    deleted: SourceState | None = None
-    """The source was deleted while pending, and its uploader waits: it is told (failed, with
-    :data:`DELETED`), by the first batch that finds the source gone only."""
-
 
 MODELS = TenantQuery(
     "knowledge.models",
@@ -289,8 +229,9 @@ LIMIT 1
 """,
 )
 
-DELETED = "the document was deleted"
 """What an uploader hears when its document was deleted before it was ready."""
+MAX_REASON_CHARS = 2_000
+
 TOLD_DELETED = "knowledge.told_deleted"
 """The ledger's consumer name of "this deleted source's uploader was told"."""
 
@@ -464,7 +405,7 @@ async def record_text(
     await expect_chunks(tenant, source_id, generation, chunk_counts)
 
 
-async def restart(
+async def restart_generation(
     tenant: TenantConnection,
     source_id: UUID,
     key: str,
@@ -639,3 +580,93 @@ class PostgresChunkStore:
         scope = organization_id if organization_id is not None else PLATFORM
         async with self.database.writing(scope) as tenant:
             return await store_batch(tenant, source_id, model, generation, chunks, vectors)
+
+
+def _scope(organization_id: UUID | None) -> UUID | Platform:
+    return organization_id if organization_id is not None else PLATFORM
+
+
+class PostgresKnowledgeRepository:
+    """Ingestion's :class:`~contextcore.knowledge.ingest.KnowledgeRepository` on PostgreSQL:
+    each method one transaction of its scope, of the steps above."""
+
+    def __init__(self, database: TenantDatabase) -> None:
+        self.database = database
+
+    async def open_upload(
+        self, organization_id: UUID | None, upload_key: str, new: NewSource
+    ) -> Opened:
+        started = None
+        async with self.database.writing(_scope(organization_id)) as tenant:
+            claimed = await ledger.claim(tenant, CONSUMER, upload_key)
+            if claimed:
+                started = await accept(
+                    tenant,
+                    source_id=uuid4(),
+                    kind=new.kind,
+                    title=new.title,
+                    uri=new.uri,
+                    object_key=new.object_key,
+                    media_type=new.media_type,
+                    reply_to=new.reply_to,
+                    correlation_id=new.correlation_id,
+                    upload_key=upload_key,
+                )
+                state = await source(tenant, started.source_id)
+            else:
+                state = await source_by_identity(tenant, uri=new.uri, object_key=new.object_key)
+            live, switching = await models(tenant)
+        return Opened(claimed, started, state, live, switching)
+
+    async def open_reingest(
+        self,
+        organization_id: UUID | None,
+        key: str,
+        source_id: UUID,
+        *,
+        restart: bool,
+        reply_to: str | None,
+        correlation_id: str | None,
+    ) -> Opened:
+        started = None
+        async with self.database.writing(_scope(organization_id)) as tenant:
+            claimed = await ledger.claim(tenant, CONSUMER, key)
+            if claimed and restart:
+                started = await restart_generation(tenant, source_id, key, reply_to, correlation_id)
+            state = await source(tenant, source_id)
+            live, switching = await models(tenant)
+        return Opened(claimed, started, state, live, switching)
+
+    async def source(self, organization_id: UUID | None, source_id: UUID) -> SourceState | None:
+        async with self.database.writing(_scope(organization_id)) as tenant:
+            return await source(tenant, source_id)
+
+    async def record_text(
+        self,
+        source_state: SourceState,
+        sections: list[Section],
+        chunk_counts: dict[str, int],
+        size_bytes: int | None,
+    ) -> SourceState | None:
+        async with self.database.writing(_scope(source_state.organization_id)) as tenant:
+            await record_text(
+                tenant,
+                source_state.id,
+                source_state.generation,
+                sections,
+                chunk_counts,
+                size_bytes=size_bytes,
+            )
+            return await source(tenant, source_state.id)
+
+    async def expect_chunks(
+        self, source_state: SourceState, chunk_counts: dict[str, int]
+    ) -> SourceState | None:
+        async with self.database.writing(_scope(source_state.organization_id)) as tenant:
+            await expect_chunks(tenant, source_state.id, source_state.generation, chunk_counts)
+            return await source(tenant, source_state.id)
+
+    async def fail(self, source_state: SourceState, reason: str) -> SourceState | None:
+        async with self.database.writing(_scope(source_state.organization_id)) as tenant:
+            await record_failure(tenant, source_state.id, source_state.generation, reason)
+            return await source(tenant, source_state.id)

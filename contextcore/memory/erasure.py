@@ -17,7 +17,7 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.sources.common import parse_uuid
+from contextcore.refs import parse_uuid
 from schemas.memory import MemorySubjectRef
 
 Selector = Literal["user", "subject", "memory"]

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from uuid import UUID
 
 from contextcore.memory.refs import OWNER_KINDS, names_the_scope_owner
-from contextcore.sources.common import parse_uuid
+from contextcore.refs import parse_uuid
 from schemas.context import ResourceRef, make_subject_key
 from schemas.errors import ContextcoreError
 from schemas.memory import NAMESPACES, Answer, Invoker, MemoryCandidate, Refusal

@@ -25,7 +25,8 @@ from uuid import UUID
 from asyncpg import Record
 from pydantic import BaseModel
 
-from contextcore.sources.common import NoOptions, parse_uuid
+from contextcore.refs import parse_uuid
+from contextcore.sources.common import NoOptions
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 from schemas.context import (
     ContextItem,

@@ -28,8 +28,9 @@ from uuid import UUID
 from pydantic import BaseModel
 
 from contextcore.memory.refs import names_the_scope_owner, parse_stored_refs
+from contextcore.refs import parse_uuid
 from contextcore.sources.application import PROJECTIONS, READ
-from contextcore.sources.common import NoOptions, parse_uuid
+from contextcore.sources.common import NoOptions
 from contextcore.storage.tenancy import ScopedRead, TenantConnection, TenantDatabase
 from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from schemas.memory import MemorySubjectRef

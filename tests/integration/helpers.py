@@ -14,7 +14,7 @@ from uuid import UUID
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from broker.topics import TopicSpec, ensure_topics
-from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.encoding import Encoder
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from schemas.memory import Invoker
 

@@ -14,10 +14,10 @@ import pytest
 from contextcore.knowledge.encoder import (
     DEFAULT_MODEL,
     LENGTH_STEP,
-    Encoder,
     OpenVinoQueryEncoder,
     SentenceTransformerEncoder,
 )
+from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.settings import KnowledgeSettings
 from tests.integration.helpers import status_mb
 

@@ -11,7 +11,8 @@ import pytest
 
 from admin.documents import DocumentsClient
 from contextcore.knowledge import store
-from contextcore.knowledge.encoder import DEFAULT_MODEL, Encoder
+from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase

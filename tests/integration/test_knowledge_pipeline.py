@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from broker.topics import upload_topics
-from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 
 from contextcore.knowledge import indexes, store
-from contextcore.knowledge.chunk import ChunkSettings
+from contextcore.knowledge.chunk import ChunkSettings, Cut, ModelWindow
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.ingest import Ingestion, Upload
 from contextcore.knowledge.objects import ObjectReader
-from contextcore.knowledge.sandbox import Cut, ModelWindow, TextSandbox
+from contextcore.knowledge.sandbox import TextSandbox
 from contextcore.knowledge.search import MODEL_MOVED, SEARCH
+from contextcore.knowledge.state import Accepted, Superseded
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from tests.integration.conftest import Config, Database
 
@@ -378,7 +379,7 @@ async def test_a_generation_replaced_while_pending_names_its_uploader(
     returns that generation's uploader, whose address the row forgets; one that replaces a
     finished generation, or answers the same address, returns nobody."""
 
-    async def accept(key: str, reply_to: str, correlation_id: str) -> store.Accepted:
+    async def accept(key: str, reply_to: str, correlation_id: str) -> Accepted:
         async with tenant_db.writing(ORG_A) as tenant:
             return await store.accept(
                 tenant,
@@ -396,7 +397,7 @@ async def test_a_generation_replaced_while_pending_names_its_uploader(
     first = await accept("k1", "r.one", "c1")
     assert (first.generation, first.replaced) == (1, None)
     second = await accept("k2", "r.two", "c2")
-    assert second.replaced == store.Superseded(first.source_id, 2, 1, "r.one", "c1")
+    assert second.replaced == Superseded(first.source_id, 2, 1, "r.one", "c1")
     assert (await accept("k3", "r.two", "c2")).replaced is None, "the same address"
     async with tenant_db.writing(ORG_A) as tenant:
         assert await store.record_failure(tenant, first.source_id, 3, "broken")
@@ -405,9 +406,9 @@ async def test_a_generation_replaced_while_pending_names_its_uploader(
         "UPDATE knowledge_sources SET sections = '[]' WHERE id = $1", first.source_id
     )
     async with tenant_db.writing(ORG_A) as tenant:
-        retried = await store.restart(tenant, first.source_id, "k5", "r.five", "c5")
+        retried = await store.restart_generation(tenant, first.source_id, "k5", "r.five", "c5")
     assert retried is not None
-    assert retried.replaced == store.Superseded(first.source_id, 5, 4, "r.four", "c4")
+    assert retried.replaced == Superseded(first.source_id, 5, 4, "r.four", "c4")
 
 
 class Interrupted(TextSandbox):
@@ -432,7 +433,7 @@ async def test_an_upload_replaced_while_it_was_extracted_is_answered_superseded(
     is in the sandbox. Whatever the extraction gives (chunks, or a reason to fail), the first
     upload's steps change nothing, it publishes no batch, and its answer is ``superseded``,
     never the later upload's ``pending``."""
-    later: list[store.Accepted] = []
+    later: list[Accepted] = []
 
     async def accept_a_later_upload() -> None:
         async with tenant_db.writing(ORG_A) as tenant:
@@ -453,13 +454,16 @@ async def test_an_upload_replaced_while_it_was_extracted_is_answered_superseded(
 
     window = ModelWindow(default_model_path(DEFAULT_MODEL), ChunkSettings())
     sandbox = Interrupted(accept_a_later_upload)
-    told: list[store.Superseded] = []
+    told: list[Superseded] = []
 
-    async def tell(replaced: store.Superseded) -> None:
+    async def tell(replaced: Superseded) -> None:
         told.append(replaced)
 
     ingestion = Ingestion(
-        tenant_db, ObjectReader(max_bytes=1_000_000), sandbox, {DEFAULT_MODEL: window}.get
+        store.PostgresKnowledgeRepository(tenant_db),
+        ObjectReader(max_bytes=1_000_000),
+        sandbox,
+        {DEFAULT_MODEL: window}.get,
     )
     try:
         prepared = await ingestion.prepare(
@@ -479,10 +483,10 @@ async def test_an_upload_replaced_while_it_was_extracted_is_answered_superseded(
         await sandbox.close()
     [accepted] = later
     assert told == []  # the first upload replaced nobody
-    assert accepted.replaced == store.Superseded(
+    assert accepted.replaced == Superseded(
         accepted.source_id, 2, 1, "r.first", "c-first"
     )  # the later one tells the first uploader, and so does the first upload's own answer:
-    assert prepared.superseded == store.Superseded(accepted.source_id, 2, 1)
+    assert prepared.superseded == Superseded(accepted.source_id, 2, 1)
     assert prepared.batches == []
     assert (prepared.source.generation, prepared.source.status) == (2, "pending")
     assert prepared.source.sections is None, "the replaced generation recorded no text"

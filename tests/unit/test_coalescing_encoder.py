@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from contextcore.knowledge.encoder import CoalescingEncoder
+from contextcore.knowledge.encoding import CoalescingEncoder
 
 
 class Recording:

@@ -11,7 +11,7 @@ import pytest
 
 from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.embed import Embedder, UnknownModel
-from contextcore.knowledge.store import BatchResult
+from contextcore.knowledge.state import BatchResult
 
 ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000a1")
 SOURCE = uuid.UUID("7b000000-0000-4000-8000-0000000000b1")

@@ -11,7 +11,8 @@ from uuid import UUID
 
 import pytest
 
-from contextcore.knowledge.objects import ObjectError, ObjectReader, bucket_name, parse
+from contextcore.knowledge.addresses import ObjectError, bucket_name, parse
+from contextcore.knowledge.objects import ObjectReader
 
 ORG = UUID("6f1c2a3b-0000-4000-8000-000000000001")
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from contextcore.knowledge.encoder import Encoder
+from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.queries import QueryVectors
 
 

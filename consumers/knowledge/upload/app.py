@@ -26,6 +26,7 @@ from contextcore.knowledge.ingest import Ingestion
 from contextcore.knowledge.objects import ObjectReader
 from contextcore.knowledge.sandbox import SandboxLimits, TextSandbox
 from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.store import PostgresKnowledgeRepository
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, UploadStatusV1, UploadTopicV1
@@ -74,7 +75,7 @@ def create_app(
                 tenant_prefixes=upload.s3_tenant_prefixes,
             )
             ingestion = Ingestion(
-                TenantDatabase(pool, role=database.role),
+                PostgresKnowledgeRepository(TenantDatabase(pool, role=database.role)),
                 reader,
                 sandbox,
                 knowledge.model_windows(),

@@ -34,9 +34,9 @@ from consumers.runtime.records import (
     Retry,
     Stopwatch,
 )
+from contextcore.knowledge.addresses import ObjectError, ObjectUnavailable
 from contextcore.knowledge.ingest import Batch, Ingestion, Prepared, Reingest, Upload
-from contextcore.knowledge.objects import ObjectError, ObjectUnavailable
-from contextcore.knowledge.store import Superseded
+from contextcore.knowledge.state import Superseded
 from schemas import wire
 from schemas.upload import (
     EmbedBatchV1,

@@ -10,7 +10,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from consumers.runtime.settings import ConsumerSettings
-from contextcore.knowledge.objects import bucket_name
+from contextcore.knowledge.addresses import bucket_name
 
 
 class UploadSettings(ConsumerSettings):

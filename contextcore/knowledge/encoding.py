@@ -1,0 +1,85 @@
+"""The encoder port, and what every encoder is shared through: the domain embeds with an
+:class:`Encoder` and never imports a model library; the adapters (torch and sentence-transformers,
+OpenVINO) live in encoder.py and load in a worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+
+class Encoder(Protocol):
+    model: str
+    """The pinned model name every chunk it embeds is stored under."""
+    dimensions: int
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit vector per text, in order. Blocking: call it from a worker thread."""
+        ...
+
+
+class SharedEncoder:
+    """The process's one encoder, loaded on first use in a worker thread (loading takes
+    seconds, an OpenVINO export longer): every caller awaits the same load."""
+
+    def __init__(self, load: Callable[[], Encoder]) -> None:
+        self._load = load
+        self._encoder: Encoder | None = None
+        self._lock = asyncio.Lock()
+
+    async def __call__(self) -> Encoder:
+        if self._encoder is None:
+            async with self._lock:
+                if self._encoder is None:
+                    self._encoder = await asyncio.to_thread(self._load)
+        return self._encoder
+
+
+class CoalescingEncoder:
+    """One encoder shared by concurrent batches: the calls that arrive while an encode runs are
+    merged into the next one (up to ``max_texts``), so a document's short last batch rides with
+    another's instead of paying a model call of its own. Results go back to each caller in its
+    own order; a failed encode fails every caller merged into it."""
+
+    def __init__(self, encoder: Encoder, max_texts: int = 64) -> None:
+        self.encoder = encoder
+        self.model = encoder.model
+        self.max_texts = max_texts
+        self._waiting: list[tuple[list[str], asyncio.Future[list[list[float]]]]] = []
+        self._worker: asyncio.Task[None] | None = None
+
+    async def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        future: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
+        self._waiting.append((list(texts), future))
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.create_task(self._drain())
+        return await future
+
+    async def _drain(self) -> None:
+        while self._waiting:
+            taken: list[tuple[list[str], asyncio.Future[list[list[float]]]]] = []
+            count = 0
+            while self._waiting and (
+                not taken or count + len(self._waiting[0][0]) <= self.max_texts
+            ):
+                texts, future = self._waiting.pop(0)
+                if future.done():  # its caller was cancelled while it waited
+                    continue
+                taken.append((texts, future))
+                count += len(texts)
+            if not taken:
+                continue
+            merged = [text for texts, _ in taken for text in texts]
+            try:
+                vectors = await asyncio.to_thread(self.encoder.encode, merged)
+            except Exception as error:
+                for _, future in taken:
+                    if not future.done():
+                        future.set_exception(error)
+                continue
+            start = 0
+            for texts, future in taken:
+                if not future.done():
+                    future.set_result(vectors[start : start + len(texts)])
+                start += len(texts)

@@ -1,0 +1,379 @@
+"""Ingestion's own logic on in-memory ports (contextcore/knowledge/ingest.py): the order of its
+steps, every answer of a redelivery, a replaced or deleted generation, and each way a document
+fails. The SQL behind the repository, the sandbox's bounds and the object readers are tested
+against PostgreSQL, real worker processes and real files and S3 (tests/integration/)."""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from contextcore.knowledge.addresses import (
+    ObjectAddress,
+    ObjectError,
+    ObjectUnavailable,
+)
+from contextcore.knowledge.chunk import Chunk, ChunkSettings, Cut, ModelWindow
+from contextcore.knowledge.extract import ExtractionError, Limits, Section
+from contextcore.knowledge.ingest import (
+    Ingestion,
+    NewSource,
+    Opened,
+    Prepared,
+    Reingest,
+    Upload,
+)
+from contextcore.knowledge.state import DELETED, Accepted, SourceState, Superseded
+
+ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000a1")
+LIVE, NEXT = "small-model", "large-model"
+
+
+class Sources:
+    """The knowledge tables as a dict: a source per identity, its generations, the claimed keys
+    and the scope's models, with the rules the SQL keeps (store.py)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[UUID, SourceState] = {}
+        self.identity: dict[str, UUID] = {}
+        self.claimed: set[str] = set()
+        self.expected: dict[tuple[UUID, int], dict[str, int]] = {}
+        self.live, self.next = LIVE, None  # type: tuple[str, str | None]
+        self.calls: list[str] = []
+
+    def _opened(
+        self, claimed: bool, started: Accepted | None, source: SourceState | None
+    ) -> Opened:
+        return Opened(claimed, started, source, self.live, self.next)
+
+    def _start(self, old: SourceState, key: str, reply_to: str | None, cid: str | None, *,
+               sections: list[Section] | None) -> Accepted:  # fmt: skip
+        """The next generation of ``old``; the pending one it replaced, when its uploader waits
+        on another address."""
+        replaced = None
+        if old.status == "pending" and None not in (old.reply_to, old.correlation_id) and (
+            old.reply_to, old.correlation_id) != (reply_to, cid):  # fmt: skip
+            replaced = Superseded(old.id, old.generation + 1, old.generation, old.reply_to,
+                                  old.correlation_id)  # fmt: skip
+        self.rows[old.id] = replace(
+            old, generation=old.generation + 1, status="pending", status_reason=None,
+            reply_to=reply_to, correlation_id=cid, upload_key=key, sections=sections,
+        )  # fmt: skip
+        return Accepted(old.id, old.generation + 1, replaced)
+
+    async def open_upload(
+        self, organization_id: UUID | None, upload_key: str, new: NewSource
+    ) -> Opened:
+        self.calls.append("open_upload")
+        identity = new.uri or new.object_key
+        if upload_key in self.claimed:
+            found = self.identity.get(identity) if identity else None
+            return self._opened(False, None, None if found is None else self.rows.get(found))
+        self.claimed.add(upload_key)
+        if identity in self.identity and self.identity[identity] in self.rows:
+            old = self.rows[self.identity[identity]]
+            started = self._start(old, upload_key, new.reply_to, new.correlation_id, sections=None)
+        else:
+            source_id = uuid.uuid4()
+            if identity:
+                self.identity[identity] = source_id
+            self.rows[source_id] = SourceState(
+                id=source_id, organization_id=organization_id, title=new.title,
+                status="pending", status_reason=None, generation=1, chunk_count=None,
+                updated_at=datetime.now(UTC), reply_to=new.reply_to,
+                correlation_id=new.correlation_id, upload_key=upload_key,
+                media_type=new.media_type,
+            )  # fmt: skip
+            started = Accepted(source_id, 1, None)
+        return self._opened(True, started, self.rows[started.source_id])
+
+    async def open_reingest(
+        self, organization_id: UUID | None, key: str, source_id: UUID, *, restart: bool,
+        reply_to: str | None, correlation_id: str | None,
+    ) -> Opened:  # fmt: skip
+        self.calls.append("open_reingest")
+        claimed = key not in self.claimed
+        self.claimed.add(key)
+        started = None
+        old = self.rows.get(source_id)
+        if claimed and restart and old is not None and old.sections is not None:
+            started = self._start(old, key, reply_to, correlation_id, sections=old.sections)
+        return self._opened(claimed, started, self.rows.get(source_id))
+
+    async def source(self, organization_id: UUID | None, source_id: UUID) -> SourceState | None:
+        self.calls.append("source")
+        return self.rows.get(source_id)
+
+    async def record_text(
+        self, source: SourceState, sections: list[Section], chunk_counts: dict[str, int],
+        size_bytes: int | None,
+    ) -> SourceState | None:  # fmt: skip
+        self.calls.append("record_text")
+        current = self.rows.get(source.id)
+        if current is not None and current.generation == source.generation:
+            self.rows[source.id] = replace(current, sections=sections)
+            self.expected[source.id, source.generation] = dict(chunk_counts)
+        return self.rows.get(source.id)
+
+    async def expect_chunks(
+        self, source: SourceState, chunk_counts: dict[str, int]
+    ) -> SourceState | None:
+        self.calls.append("expect_chunks")
+        self.expected.setdefault((source.id, source.generation), {}).update(chunk_counts)
+        return self.rows.get(source.id)
+
+    async def fail(self, source: SourceState, reason: str) -> SourceState | None:
+        self.calls.append("fail")
+        current = self.rows.get(source.id)
+        pending = current is not None and current.status == "pending"
+        if current is not None and pending and current.generation == source.generation:
+            self.rows[source.id] = replace(current, status="failed", status_reason=reason)
+        return self.rows.get(source.id)
+
+
+class Objects:
+    """Objects by path; refuses paths outside ``/docs``."""
+
+    def __init__(self, files: dict[str, bytes] | None = None) -> None:
+        self.files = files or {}
+        self.down = False
+        self.reads = 0
+
+    def check(self, address: ObjectAddress, organization_id: UUID | None) -> None:
+        if not address.key.startswith("/docs/"):
+            raise ObjectError("this service does not read that path")
+
+    async def read(self, address: ObjectAddress, organization_id: UUID | None) -> bytes:
+        self.reads += 1
+        if self.down:
+            raise ObjectUnavailable("the object store did not answer")
+        if address.key not in self.files:
+            raise ObjectError("no such object")
+        return self.files[address.key]
+
+
+class Words:
+    """Cuts a document into one section, and a chunk per word per model; ``during`` runs while
+    it cuts (another upload, an admin's delete)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes | None, list[Section] | None, list[str]]] = []
+        self.during: list[object] = []
+
+    async def cut(
+        self, *, title: str, models: dict[str, ModelWindow], media_type: str = "",
+        document: bytes | None = None, sections: list[Section] | None = None,
+        limits: Limits | None = None,
+    ) -> Cut:  # fmt: skip
+        self.calls.append((document, sections, sorted(models)))
+        for step in self.during:
+            await step()  # type: ignore[operator]
+        if sections is None:
+            text = (document or b"").decode()
+            if not text.strip():
+                raise ExtractionError("the document has no text")
+            sections = [Section((title,), [text])]
+        words = [w for s in sections for p in s.paragraphs for w in p.split()]
+        chunks = [Chunk(i, title, w, 3) for i, w in enumerate(words)]
+        return Cut(sections, {model: chunks for model in models})
+
+
+WINDOW = ModelWindow(Path("/nowhere"), ChunkSettings())
+
+
+def ingestion(
+    sources: Sources, objects: Objects | None = None, cutter: Words | None = None, *,
+    models: tuple[str, ...] = (LIVE, NEXT),
+) -> Ingestion:  # fmt: skip
+    windows = dict.fromkeys(models, WINDOW)
+    return Ingestion(sources, objects or Objects(), cutter or Words(), windows.get, batch_size=2)
+
+
+def upload(key: str = "k1", text: str | None = "one two three", **fields: object) -> Upload:
+    base: dict[str, object] = {
+        "organization_id": ORG, "title": "Guide", "media_type": "text/plain", "upload_key": key,
+        "uri": "docs://guide", "text": text, "reply_to": "replies", "correlation_id": f"c-{key}",
+    }  # fmt: skip
+    return Upload(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def words(prepared: Prepared) -> list[tuple[str, list[str]]]:
+    return [(b.model, [c.text for c in b.chunks]) for b in prepared.batches]
+
+
+async def test_an_upload_is_cut_recorded_and_handed_on_in_batches_per_model() -> None:
+    sources = Sources()
+    prepared = await ingestion(sources).prepare(upload())
+    assert prepared.superseded is None
+    assert prepared.source.status == "pending"
+    assert words(prepared) == [(LIVE, ["one", "two"]), (LIVE, ["three"])]
+    assert sources.calls == ["open_upload", "record_text"]
+    state = sources.rows[prepared.source.id]
+    assert state.sections == [Section(("Guide",), ["one two three"])]
+    assert sources.expected[state.id, 1] == {LIVE: 3}
+
+
+async def test_during_a_switch_the_chunks_are_cut_for_both_models() -> None:
+    sources = Sources()
+    sources.next = NEXT
+    prepared = await ingestion(sources).prepare(upload(text="a b"))
+    assert words(prepared) == [(LIVE, ["a", "b"]), (NEXT, ["a", "b"])]
+
+
+async def test_a_redelivered_upload_cuts_its_stored_text_and_hands_the_same_batches_on() -> None:
+    sources, cutter = Sources(), Words()
+    first = await ingestion(sources, cutter=cutter).prepare(upload())
+    again = await ingestion(sources, cutter=cutter).prepare(upload())
+    assert words(again) == words(first)  # the embedding group stores each chunk once
+    assert cutter.calls[1][0] is None  # from the stored sections, not the document
+    assert sources.calls[-2:] == ["open_upload", "source"]  # nothing recorded twice
+
+
+async def test_a_finished_source_is_answered_with_its_status_and_nothing_else() -> None:
+    sources, cutter = Sources(), Words()
+    first = await ingestion(sources, cutter=cutter).prepare(upload())
+    sources.rows[first.source.id] = replace(sources.rows[first.source.id], status="ready")
+    again = await ingestion(sources, cutter=cutter).prepare(upload())
+    assert (again.source.status, again.batches, again.superseded) == ("ready", [], None)
+    assert len(cutter.calls) == 1
+
+
+async def test_a_redelivery_after_a_later_upload_of_the_document_is_superseded() -> None:
+    sources = Sources()
+    await ingestion(sources).prepare(upload("k1"))
+    later = await ingestion(sources).prepare(upload("k2"))
+    again = await ingestion(sources).prepare(upload("k1"))
+    assert again.batches == []
+    assert again.superseded == Superseded(later.source.id, 2)
+
+
+async def test_the_uploader_of_a_replaced_pending_generation_is_told() -> None:
+    sources = Sources()
+    first = await ingestion(sources).prepare(upload("k1"))
+    told: list[Superseded] = []
+
+    async def tell(replaced: Superseded) -> None:
+        told.append(replaced)
+
+    await ingestion(sources).prepare(upload("k2"), replaced=tell)
+    assert told == [Superseded(first.source.id, 2, 1, "replies", "c-k1")]
+
+
+async def test_a_generation_replaced_while_it_was_cut_is_superseded_without_batches() -> None:
+    sources, cutter = Sources(), Words()
+    running = ingestion(sources, cutter=cutter)
+
+    async def a_later_upload() -> None:
+        cutter.during.clear()
+        await ingestion(sources, cutter=cutter).prepare(upload("k2"))
+
+    cutter.during.append(a_later_upload)
+    prepared = await running.prepare(upload("k1"))
+    assert prepared.batches == []
+    assert prepared.superseded is not None
+    assert (prepared.superseded.by_generation, prepared.superseded.generation) == (2, 1)
+
+
+async def test_a_document_deleted_while_it_was_cut_is_answered_failed_deleted() -> None:
+    sources, cutter = Sources(), Words()
+
+    async def delete() -> None:
+        sources.rows.clear()
+
+    cutter.during.append(delete)
+    prepared = await ingestion(sources, cutter=cutter).prepare(upload())
+    assert (prepared.source.status, prepared.source.status_reason) == ("failed", DELETED)
+    assert prepared.batches == []
+
+
+async def test_a_document_with_no_text_fails_its_generation_with_the_reason() -> None:
+    sources = Sources()
+    prepared = await ingestion(sources).prepare(upload(text="   "))
+    assert (prepared.source.status, prepared.source.status_reason) == (
+        "failed", "the document has no text"
+    )  # fmt: skip
+    assert prepared.batches == []
+
+
+async def test_inline_base64_that_is_not_base64_fails_the_source() -> None:
+    prepared = await ingestion(Sources()).prepare(upload(text=None, base64="not base64!"))
+    assert prepared.source.status_reason == "the inline content is not valid base64"
+    ok = await ingestion(Sources()).prepare(
+        upload(text=None, base64=base64.b64encode(b"fine words").decode())
+    )
+    assert words(ok) == [(LIVE, ["fine", "words"])]
+
+
+async def test_a_refused_address_stores_nothing_and_a_missing_object_fails_the_source() -> None:
+    sources = Sources()
+    with pytest.raises(ObjectError, match="does not read"):
+        await ingestion(sources).prepare(upload(uri=None, text=None, object="file:///etc/passwd"))
+    assert sources.calls == []  # refused before a source exists
+    with pytest.raises(ObjectError, match="no query"):
+        await ingestion(sources).prepare(upload(uri=None, text=None, object="file:///docs/a?x"))
+    prepared = await ingestion(sources).prepare(
+        upload(uri=None, text=None, object="file:///docs/missing.txt")
+    )
+    assert prepared.source.status_reason == "no such object"
+
+
+async def test_an_object_store_that_does_not_answer_is_retried_then_fails_the_source() -> None:
+    sources, objects = Sources(), Objects({"/docs/a.txt": b"alpha beta"})
+    objects.down = True
+    address = upload(uri=None, text=None, object="file:///docs/a.txt")
+    with pytest.raises(ObjectUnavailable):
+        await ingestion(sources, objects).prepare(address)
+    prepared = await ingestion(sources, objects).prepare(address, last_attempt=True)
+    assert prepared.source.status_reason == (
+        "the object store did not answer (after the last attempt)"
+    )
+    objects.down = False
+    fresh = await ingestion(Sources(), objects).prepare(address)
+    assert words(fresh) == [(LIVE, ["alpha", "beta"])]
+
+
+async def test_a_model_this_process_cannot_cut_for_fails_the_source() -> None:
+    sources = Sources()
+    sources.next = NEXT
+    prepared = await ingestion(sources, models=(LIVE,)).prepare(upload())
+    assert prepared.source.status_reason == (f"this service cannot cut text for the model {NEXT!r}")
+
+
+async def test_a_retry_starts_a_new_generation_from_the_stored_text() -> None:
+    sources, cutter = Sources(), Words()
+    first = await ingestion(sources, cutter=cutter).prepare(upload())
+    retry = Reingest(ORG, first.source.id, "retry-1", reply_to="replies", correlation_id="r1")
+    prepared = await ingestion(sources, cutter=cutter).reingest(retry)
+    assert isinstance(prepared, Prepared)
+    assert prepared.source.generation == 2
+    assert words(prepared) == words(first)
+    assert cutter.calls[-1][0] is None  # from the stored sections
+    assert sources.expected[first.source.id, 2] == {LIVE: 3}
+
+
+async def test_a_switchs_first_step_cuts_the_current_generation_for_the_new_model_only() -> None:
+    sources = Sources()
+    first = await ingestion(sources).prepare(upload())
+    sources.rows[first.source.id] = replace(sources.rows[first.source.id], status="ready")
+    step = Reingest(ORG, first.source.id, "switch-1", models=(NEXT,))
+    prepared = await ingestion(sources).reingest(step)
+    assert isinstance(prepared, Prepared)
+    assert prepared.source.generation == 1  # no new generation
+    assert words(prepared) == [(NEXT, ["one", "two"]), (NEXT, ["three"])]
+
+
+async def test_a_reingest_without_a_source_or_its_text_says_why() -> None:
+    sources = Sources()
+    missing = Reingest(ORG, uuid.uuid4(), "r-missing")
+    assert await ingestion(sources).reingest(missing) == "no such source"
+    failed = await ingestion(sources).prepare(upload(text=" "))
+    no_text = Reingest(ORG, failed.source.id, "r-no-text")
+    assert "has no stored text" in str(await ingestion(sources).reingest(no_text))
+    again = Reingest(ORG, failed.source.id, "r-no-text")  # a redelivery says the same
+    assert "has no stored text" in str(await ingestion(sources).reingest(again))
