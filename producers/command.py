@@ -56,6 +56,8 @@ ELSEWHERE = {
     "schema": "comes with the service distribution, contextcore",
     "knowledge": "comes with the service distribution, contextcore",
     "policy": "comes with the service distribution, contextcore",
+    "memory.health": "comes with the service distribution, contextcore",
+    "memory.erase": "comes with the service distribution, contextcore",
 }
 """Where a command that is not installed here comes from."""
 
@@ -133,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if rest and f"{name}.{rest[0]}" in found:  # a subcommand another distribution adds
         name, rest = f"{name}.{rest[0]}", rest[1:]
+    elif rest and f"{name}.{rest[0]}" in ELSEWHERE:  # ... that is not installed here
+        where = ELSEWHERE[f"{name}.{rest[0]}"]
+        print(f"contextcore: '{name} {rest[0]}' {where}", file=sys.stderr)
+        return EXIT_USAGE
     point = found.get(name)
     if point is None:
         known = ", ".join(sorted(n.replace(".", " ") for n in found)) or "none installed"

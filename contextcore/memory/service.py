@@ -91,7 +91,13 @@ Write = dict[str, Any]
 
 
 class JournalRefused(ContextcoreError):
-    """The journal refused a transaction whole (a deadlock, say): nothing of it was applied."""
+    """The journal refused a transaction whole (a deadlock, say): nothing of it was applied.
+    ``sqlstate`` is the database's code for it, when it gave one (a command's exit status
+    reads it: too many connections is "unavailable", not a refusal)."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
 
 
 class ConstraintBroken(JournalRefused):

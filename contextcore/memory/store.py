@@ -110,10 +110,10 @@ class PostgresMemoryJournal:
             raise ConstraintBroken(constraint) from error
         except asyncpg.PostgresError as error:
             if error.sqlstate == LOST_THE_RACE:
-                raise LostTheRace(str(error)) from error
+                raise LostTheRace(str(error), error.sqlstate) from error
             if error.sqlstate == WRITTEN_CONCURRENTLY:
-                raise WrittenConcurrently(str(error)) from error
-            raise JournalRefused(f"{type(error).__name__}: {error}") from error
+                raise WrittenConcurrently(str(error), error.sqlstate) from error
+            raise JournalRefused(f"{type(error).__name__}: {error}", error.sqlstate) from error
 
     async def count_refusal(self, organization_id: UUID, operation: str) -> None:
         async with self.database.writing(organization_id) as tenant:

@@ -2,15 +2,17 @@
 
 When ``CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS`` and ``CONTEXTCORE_DATABASE_ADMIN_URL`` (a superuser
 of a pgvector PostgreSQL) are both set, the tests use those services; otherwise the session
-starts the embedded stack (``DevStack``), and stops it at the end if it started it. Nothing here
-is mocked.
+starts the embedded stack (``DevStack``), which the run stops at its end if it started it
+(tests/conftest.py: the workers of ``pytest -n N`` share one). Nothing here is mocked.
 
 Credentials as in production (docs/tenancy.md): the session provisions a schema owner and a
 runtime login of its own; migrations run as the owner, services and the tenancy layer as the
 runtime login, and rows are seeded by the administrator (the application that owns them).
 
 Isolation: each test gets its own topics and consumer group (``config``) and its own database
-cloned from a migrated template.
+cloned from a migrated template; each session (each xdist worker) its own roles and template.
+That is what lets scripts/test run the tests on several workers at once (and why a test that
+looks at the whole cluster, ``pg_stat_activity`` say, keeps to its own database).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import os
 import secrets
 import signal
 import sys
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -47,6 +51,7 @@ from contextcore.storage.provision import Login, provision_database, provision_r
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
 from producers.knowledge import KnowledgeClient
+from tests.conftest import RUN, STARTED
 
 pytestmark = pytest.mark.integration
 
@@ -84,19 +89,22 @@ def login_url(admin_url: str, login: Login, database: str) -> str:
 
 
 @pytest.fixture(scope="session")
-async def services() -> AsyncIterator[Services]:
+async def services() -> Services:
     bootstrap = os.environ.get("CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS")
     admin = os.environ.get("CONTEXTCORE_DATABASE_ADMIN_URL")
-    stack: DevStack | None = None
     if not (bootstrap and admin):
         stack = DevStack()
-        report = await stack.up(all_topics(TopicSettings()))
+        # Under `pytest -n N` each worker runs this fixture: the first one to hold the lock
+        # starts the stack, the others find it running. The run's controller stops it at the
+        # end when this run started it (tests/conftest.py).
+        stack.home.mkdir(parents=True, exist_ok=True)
+        with (stack.home / "pytest.lock").open("w") as lock:
+            await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+            report = await stack.up(all_topics(TopicSettings()))
+            if report.broker_started or report.postgres_started:
+                (stack.home / STARTED).write_text(os.environ.get(RUN, ""))
         bootstrap, admin = report.addresses.bootstrap_servers, report.addresses.admin_url
-        if not (report.broker_started or report.postgres_started):
-            stack = None  # somebody else's stack: leave it running
-    yield Services(bootstrap, admin)
-    if stack is not None and not os.environ.get("CONTEXTCORE_DEV_KEEP"):
-        await asyncio.to_thread(stack.down)
+    return Services(bootstrap, admin)
 
 
 @pytest.fixture(scope="session")
@@ -107,11 +115,14 @@ async def roles(services: Services) -> AsyncIterator[Roles]:
     tag = f"{os.getpid()}_{secrets.token_hex(3)}"
     owner = Login(f"cc_test_owner_{tag}", secrets.token_urlsafe(12), "")
     runtime = Login(f"cc_test_runtime_{tag}", secrets.token_urlsafe(12), "")
-    conn = await asyncpg.connect(services.admin_url)
-    try:
-        await provision_roles(conn, owner=owner, runtime=runtime)
-    finally:
-        await conn.close()
+    # the workers of one run create the roles they share (the service role) once: one at a time
+    with (Path(tempfile.gettempdir()) / "contextcore-pytest-roles.lock").open("w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        conn = await asyncpg.connect(services.admin_url)
+        try:
+            await provision_roles(conn, owner=owner, runtime=runtime)
+        finally:
+            await conn.close()
     yield Roles(owner, runtime)
     conn = await asyncpg.connect(services.admin_url)
     try:

@@ -43,7 +43,7 @@ async def test_the_client_wheel_installs_alone_and_asks_for_a_brief(
     topics = {k: v for k, v in config.environ().items() if k.startswith("CONTEXTCORE_TOPIC_")}
     code, out, err = await run(
         "bash", str(ROOT / "scripts" / "build-wheels"), str(tmp_path / "dist"),
-        env=plain, timeout=300,
+        env={**plain, "PYTHON": sys.executable}, timeout=300,
     )  # fmt: skip
     assert code == 0, err
     [client] = (tmp_path / "dist").glob("contextcore_client-0.1.0-*.whl")
@@ -62,6 +62,9 @@ async def test_the_client_wheel_installs_alone_and_asks_for_a_brief(
     }
     with zipfile.ZipFile(service) as archive:  # the migrations ship with the schema command
         assert "contextcore/storage/migrations/00001_foundation.sql" in archive.namelist()
+        assert "contextcore/py.typed" in archive.namelist()  # typed, for a caller's mypy
+    with zipfile.ZipFile(client) as archive:
+        assert {"schemas/py.typed", "producers/py.typed"} <= set(archive.namelist())
 
     venv = tmp_path / "venv"
     code, _, err = await run(sys.executable, "-m", "venv", str(venv), env=plain)

@@ -113,6 +113,8 @@ def test_a_command_of_another_distribution_says_where_it_comes_from(
     monkeypatch.setattr(command, "commands", lambda: client_only)
     assert command.main(["serve", "build"]) == EXIT_USAGE
     assert "comes with the service distribution" in capsys.readouterr().err
+    assert command.main(["memory", "erase", "--organization", "x"]) == EXIT_USAGE
+    assert "'memory erase' comes with the service distribution" in capsys.readouterr().err
     assert command.main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "  serve " not in out  # not listed

@@ -204,6 +204,13 @@ async def test_an_unjournaled_refusal_is_counted_through_the_journal() -> None:
     assert journal.counted == [(ORG, "forget")]
 
 
+def test_a_refusal_keeps_the_databases_code_for_the_exit_status() -> None:
+    from schemas.errors import EXIT_UNAVAILABLE, exit_code
+
+    assert exit_code(JournalRefused("too many connections", "53300")) == EXIT_UNAVAILABLE
+    assert exit_code(JournalRefused("deadlock detected", "40P01")) != EXIT_UNAVAILABLE
+
+
 def test_a_service_needs_a_batch_and_a_runner() -> None:
     with pytest.raises(ValueError, match="at least"):
         MemoryService(Journal(), max_batch=0)
