@@ -1,12 +1,12 @@
-"""The AsyncAPI documents of the consumers, generated from their FastStream applications.
+"""The AsyncAPI documents of the consumers, generated from their declarations
+(consumers/runtime/asyncapi.py).
 
     python -m devstack.asyncapi          write docs/asyncapi/<consumer>.yaml
     python -m devstack.asyncapi --check  exit 1 when a committed document no longer matches
 
 CI runs the check (``tests/unit/test_asyncapi.py``): the documents describe the code as it is.
 They are generated from the default settings, never from this machine's environment, and every
-mapping is written with sorted keys: FastStream keeps publishers in an order that can differ
-between two processes.
+mapping is written with sorted keys.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from consumers.knowledge.upload.app import create_app as upload_app
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.app import create_app as memory_app
 from consumers.memory.settings import MemorySettings
+from consumers.runtime.asyncapi import document
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 
@@ -52,10 +53,8 @@ def documents() -> dict[str, str]:
     }
     documents = {}
     for name, consumer in apps.items():
-        specification = consumer.app.schema
-        assert specification is not None
-        document = specification.to_specification().to_jsonable()
-        documents[name] = yaml.safe_dump(document, sort_keys=True, allow_unicode=True)
+        spec = document(consumer.declaration, kafka.require_bootstrap_servers())
+        documents[name] = yaml.safe_dump(spec, sort_keys=True, allow_unicode=True)
     return documents
 
 

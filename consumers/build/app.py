@@ -20,7 +20,8 @@ from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics, CacheStatistics, RoundTrips
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import SourceCaches, process_registry
-from consumers.runtime.app import Channel, ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics

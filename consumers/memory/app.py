@@ -17,7 +17,8 @@ from broker.topics import memory_topics
 from consumers.memory.handler import MemoryHandler
 from consumers.memory.metrics import MemoryMetrics
 from consumers.memory.settings import MemorySettings
-from consumers.runtime.app import Channel, ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics

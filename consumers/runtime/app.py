@@ -2,8 +2,10 @@
 :class:`~consumers.runtime.delivery.Delivery`.
 
 FastStream runs the group membership, the fetch loop and the process lifecycle
-(``faststream run consumers.build.app:app`` works, as does ``contextcore serve build``), and it
-generates the AsyncAPI document from the same declarations (``docs/asyncapi/``). The subscriber
+(``faststream run consumers.build.app:app`` works, as does ``contextcore serve build``). The
+AsyncAPI document comes from the same declarations (:attr:`ConsumerApp.declaration`,
+consumers/runtime/asyncapi.py, ``docs/asyncapi/``), not from FastStream: its handler takes raw
+records, so the payload it reads is declared, never inferred from a type hint. The subscriber
 uses ``AckPolicy.MANUAL``: FastStream never commits or seeks; the delivery commits each
 partition's position itself, after the outcome was published.
 
@@ -24,19 +26,18 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Any
 
 from aiokafka.structs import ConsumerRecord
 from faststream import FastStream
 from faststream.kafka import KafkaBroker, KafkaMessage
 from faststream.kafka.message import FAKE_CONSUMER
 from faststream.middlewares import AckPolicy
-from faststream.specification import AsyncAPI
-from pydantic import BaseModel, PlainValidator
+from pydantic import BaseModel
 
 from broker.settings import KafkaSettings
-from broker.topics import TopicSpec, dead_letter_topic, ensure_topics
+from broker.topics import TopicSpec, ensure_topics
+from consumers.runtime.asyncapi import Channel, Declaration
 from consumers.runtime.decoding import DEAD_LETTER_CAUSES
 from consumers.runtime.delivery import Delivery, Health, Publisher, RecordHandler
 from consumers.runtime.health import HealthServer
@@ -51,24 +52,9 @@ from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_fl
 from consumers.runtime.settings import ConsumerSettings
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
-from schemas.envelope import DeadLetterV1
 from schemas.errors import ConfigurationError
 
 log = logging.getLogger("contextcore.consumer")
-
-
-@dataclass(frozen=True)
-class Channel:
-    """A topic the consumer publishes to, for the AsyncAPI document."""
-
-    address: str
-    title: str
-    description: str
-    schema: type[BaseModel]
-
-
-def _same(value: Any) -> Any:
-    return value
 
 
 async def _tolerant_parser(records: tuple[ConsumerRecord[bytes, bytes], ...]) -> KafkaMessage:
@@ -172,8 +158,6 @@ class ConsumerApp:
             max_records=settings.max_in_flight,
             parser=_tolerant_parser,
             decoder=_raw_records,
-            title=topic,
-            description=description,
         )
 
         async def entry(records: Any) -> None:
@@ -186,41 +170,15 @@ class ConsumerApp:
             for record in inbound:
                 await delivery.submit(record)
 
-        # Evaluated annotations (this module's are strings): ``records`` pass through
-        # untouched, and document the payload's schema in the AsyncAPI document.
-        entry.__annotations__ = {
-            "records": Annotated[Any, PlainValidator(_same, json_schema_input_type=payload)],
-            "return": None,
-        }
         entry.__name__ = f"{name}_records"
         self.subscriber(entry)
-        for channel in [
-            *publishes,
-            Channel(
-                dead_letter_topic(topic),
-                f"{dead_letter_topic(topic)}",
-                "Records that could not be answered: origin, cause, reason, attempts and the "
-                "payload, cut to a bound with its original size and sha256.",
-                DeadLetterV1,
-            ),
-        ]:
-            self.broker.publisher(
-                channel.address,
-                title=channel.title,
-                description=channel.description,
-                schema=channel.schema,
-            )
+        self.declaration = Declaration(name, version, description, topic, payload, publishes)
+        """What the AsyncAPI document is made from (consumers/runtime/asyncapi.py)."""
         self.app = FastStream(
             self.broker,
             lifespan=self._lifespan,
             after_startup=[self._started],
             on_shutdown=[self._drain],
-            specification=AsyncAPI(
-                self.broker,
-                title=f"contextcore {name} consumer",
-                version=version,
-                description=description,
-            ),
         )
 
     @asynccontextmanager

@@ -39,7 +39,11 @@ async def test_the_client_wheel_installs_alone_and_asks_for_a_brief(
     config: Config, start_consumer: StartConsumer, tmp_path: Path
 ) -> None:
     consumer = asyncio.ensure_future(start_consumer(config))  # starts while the wheels build
-    plain = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
+    plain = {  # nothing of this checkout or of its virtual environment reaches the new one
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("CONTEXTCORE_") and k not in {"PYTHONPATH", "VIRTUAL_ENV"}
+    }
     topics = {k: v for k, v in config.environ().items() if k.startswith("CONTEXTCORE_TOPIC_")}
     code, out, err = await run(
         "bash", str(ROOT / "scripts" / "build-wheels"), str(tmp_path / "dist"),

@@ -17,7 +17,8 @@ from broker.topics import embed_topics
 from consumers.knowledge.embed.handler import EmbedHandler
 from consumers.knowledge.embed.metrics import EmbedMetrics
 from consumers.knowledge.embed.settings import EmbedSettings
-from consumers.runtime.app import Channel, ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics

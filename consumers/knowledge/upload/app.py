@@ -17,7 +17,8 @@ from broker.topics import upload_topics
 from consumers.knowledge.upload.handler import UploadHandler
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.knowledge.upload.settings import UploadSettings
-from consumers.runtime.app import Channel, ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
