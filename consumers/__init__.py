@@ -1,1 +1,1 @@
-"""The Kafka side of contextcore: faststream consumer apps, topics, and the dev stack."""
+"""The Kafka side of contextcore: the consumers, on one delivery runtime (``runtime/``)."""

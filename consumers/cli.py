@@ -63,8 +63,7 @@ def _serve(consumer: str) -> int:
         from consumers.build.app import create_app as create_build
 
         app = create_build()
-    # FastStream's own start/stop lines at DEBUG: the consumer prints one ready line itself
-    asyncio.run(app.app.run(log_level=logging.DEBUG))
+    asyncio.run(app.run())
     return 0
 
 

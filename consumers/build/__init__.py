@@ -4,5 +4,5 @@ on the reply topic the request names.
     settings.py  CONTEXTCORE_BUILD_* (its own group, port, in-flight bound, source timeout)
     handler.py   one record to one outcome: decode, admit, build, reply
     sources.py   the context sources this process serves
-    app.py       the FastStream application (``faststream run consumers.build.app:app``)
+    app.py       the application (``contextcore serve build``)
 """

@@ -1,6 +1,6 @@
-"""The build consumer's FastStream application.
+"""The build consumer's application.
 
-    faststream run consumers.build.app:app     (or: contextcore serve build)
+    contextcore serve build
 
 Start-up fails closed: the schema must match the code's migrations (checked as the service
 role, the only privilege the runtime login has), the topics must exist, and the dossier
@@ -20,7 +20,7 @@ from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics, CacheStatistics, RoundTrips
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import SourceCaches, process_registry
-from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
@@ -113,6 +113,3 @@ def create_app(
         topics=build_topics(topics),
         open_handler=open_handler,
     )
-
-
-__getattr__ = lazy_app(create_app)

@@ -1,6 +1,6 @@
-"""The memory consumer's FastStream application.
+"""The memory consumer's application.
 
-    faststream run consumers.memory.app:app     (or: contextcore serve memory)
+    contextcore serve memory
 
 Its own group on the memory-write topic: each ``memory.remember`` / ``memory.forget`` call is
 applied through :class:`~contextcore.memory.service.MemoryService` and answered on its reply
@@ -17,7 +17,7 @@ from broker.topics import memory_topics
 from consumers.memory.handler import MemoryHandler
 from consumers.memory.metrics import MemoryMetrics
 from consumers.memory.settings import MemorySettings
-from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
@@ -76,6 +76,3 @@ def create_app(
         open_handler=open_handler,
         retry_causes=("contention",),
     )
-
-
-__getattr__ = lazy_app(create_app)

@@ -1,7 +1,7 @@
 """The delivery runtime every consumer runs on.
 
 One record, exactly one outcome: a reply, a dead letter, or a bounded retry (then a dead
-letter); never an exception into FastStream, never a partition that stops moving. Many records
+letter); never an exception into the fetch loop, never a partition that stops moving. Many records
 are in flight at once, commits never pass an unfinished record of a partition, and shutdown
 drains what is in flight. ``docs/delivery.md`` explains every choice.
 
@@ -12,5 +12,5 @@ drains what is in flight. ``docs/delivery.md`` explains every choice.
     kafka.py     the aiokafka adapters: publisher, committer, rebalance listener
     health.py    /metrics, /healthz (a stuck partition is not live), /readyz
     metrics.py   the runtime's Prometheus series
-    app.py       a FastStream application per consumer, wired to the above
+    app.py       a consumer's process: the fetch loop, the lifecycle, wired to the above
 """

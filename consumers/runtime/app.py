@@ -1,17 +1,17 @@
-"""A FastStream application for one consumer: one subscriber, its records fed to a
-:class:`~consumers.runtime.delivery.Delivery`.
+"""One consumer's process: group membership, the fetch loop and the lifecycle, its records fed
+to a :class:`~consumers.runtime.delivery.Delivery`.
 
-FastStream runs the group membership, the fetch loop and the process lifecycle
-(``faststream run consumers.build.app:app`` works, as does ``contextcore serve build``). The
-AsyncAPI document comes from the same declarations (:attr:`ConsumerApp.declaration`,
-consumers/runtime/asyncapi.py, ``docs/asyncapi/``), not from FastStream: its handler takes raw
-records, so the payload it reads is declared, never inferred from a type hint. The subscriber
-uses ``AckPolicy.MANUAL``: FastStream never commits or seeks; the delivery commits each
-partition's position itself, after the outcome was published.
+The loop is ours (docs/delivery.md, "The runtime"): an aiokafka member
+(:class:`~consumers.runtime.kafka.AiokafkaSource`) fetches batches and hands every record to the
+delivery, which runs up to ``max_in_flight`` of them and commits each partition's position
+itself, after the outcome was published; nothing commits on its own. ``contextcore serve build``
+runs it. The AsyncAPI document comes from the same declarations (:attr:`ConsumerApp.declaration`,
+consumers/runtime/asyncapi.py, ``docs/asyncapi/``).
 
-Start-up (the lifespan) fails closed before the first record is fetched: the broker must
-answer, the topics exist, and ``open_handler`` has checked the schema and opened what the
-handler needs. Shutdown drains in-flight records and commits before the group is left.
+Start-up fails closed before the first record is fetched: the broker must answer, the topics
+exist, and ``open_handler`` has checked the schema and opened what the handler needs. SIGTERM
+or SIGINT drains: fetching pauses, the records in flight finish and commit, then the member
+leaves the group.
 
 Every consumer counts the records it starts in the database's start journal
 (:mod:`consumers.runtime.journal`), through a pool of its own, and probes the database every
@@ -24,15 +24,11 @@ import asyncio
 import contextlib
 import gc
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
 
-from aiokafka.structs import ConsumerRecord
-from faststream import FastStream
-from faststream.kafka import KafkaBroker, KafkaMessage
-from faststream.kafka.message import FAKE_CONSUMER
-from faststream.middlewares import AckPolicy
+from aiokafka.errors import ConsumerStoppedError, KafkaError
 from pydantic import BaseModel
 
 from broker.settings import KafkaSettings
@@ -44,6 +40,7 @@ from consumers.runtime.health import HealthServer
 from consumers.runtime.journal import PostgresJournal
 from consumers.runtime.kafka import (
     AiokafkaPublisher,
+    AiokafkaSource,
     ConsumerCommitter,
     RebalanceListener,
     inbound_of,
@@ -55,40 +52,6 @@ from contextcore.storage.pool import create_pool
 from schemas.errors import ConfigurationError
 
 log = logging.getLogger("contextcore.consumer")
-
-
-async def _tolerant_parser(records: tuple[ConsumerRecord[bytes, bytes], ...]) -> KafkaMessage:
-    """FastStream's message for one fetched batch of records, without decoding a header value
-    FastStream would choke on.
-
-    The subscriber takes records in batches: FastStream's own per-message dispatch cost as much
-    CPU as the memory consumer's handling (docs/performance.md). The default parser also runs
-    ``value.decode()`` on every header: a header holding invalid UTF-8 or no value raises there,
-    before our entry point, and FastStream skips the batch, which a later commit would then
-    pass. Header values are only for FastStream's log context here: the first record's.
-    """
-    first = records[0]
-    headers = {
-        name: value.decode("utf-8", "replace") if isinstance(value, bytes) else ""
-        for name, value in first.headers or ()
-    }
-    return KafkaMessage(
-        body=b"",
-        headers=headers,
-        reply_to="",
-        content_type=headers.get("content-type"),
-        message_id=f"{first.offset}-{records[-1].offset}-{first.timestamp}",
-        correlation_id=headers.get("correlation_id"),
-        raw_message=records,
-        consumer=FAKE_CONSUMER,  # AckPolicy.MANUAL: FastStream never acks through it
-    )
-
-
-async def _raw_records(message: KafkaMessage) -> Any:
-    """Hand the entry point the aiokafka records themselves: decoding, and its failures, are
-    the handler's. (Taking the records as the body, not as an injected ``KafkaMessage``
-    parameter, spares FastStream a context lookup that it runs in a worker thread.)"""
-    return message.raw_message
 
 
 class ConsumerApp:
@@ -133,56 +96,83 @@ class ConsumerApp:
         self.journal: PostgresJournal | None = None
         self._health: HealthServer | None = None
         self._ready = False
-        self.broker = KafkaBroker(
-            kafka.bootstrap_servers or "localhost:9092",
-            client_id=f"contextcore-{name}",
-            enable_idempotence=False,  # Tansu refuses idempotent producers; consumers dedupe
-            logger=log,
+        self.fetch_max_wait_ms = (
+            kafka.fetch_max_wait_ms
+            if settings.fetch_max_wait_ms is None
+            else settings.fetch_max_wait_ms
         )
-        self.subscriber = self.broker.subscriber(
-            topic,
-            group_id=settings.group_id,
-            group_instance_id=kafka.group_instance_id,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=(
-                kafka.fetch_max_wait_ms
-                if settings.fetch_max_wait_ms is None
-                else settings.fetch_max_wait_ms
-            ),
-            session_timeout_ms=kafka.session_timeout_ms,
-            heartbeat_interval_ms=kafka.heartbeat_interval_ms,
-            ack_policy=AckPolicy.MANUAL,
-            no_reply=True,
-            listener=RebalanceListener(lambda: self.delivery),
-            batch=True,
-            max_records=settings.max_in_flight,
-            parser=_tolerant_parser,
-            decoder=_raw_records,
-        )
+        self.declaration = Declaration(name, version, description, topic, payload, publishes)
+        """What the AsyncAPI document is made from (consumers/runtime/asyncapi.py)."""
 
-        async def entry(records: Any) -> None:
-            delivery = self.delivery
-            if delivery is None:  # not reachable while the app runs: the lifespan sets it first
-                log.error("%s: records arrived before the delivery was ready", name)
+    async def run(self) -> None:
+        """Serve until SIGTERM or SIGINT, then drain and leave the group."""
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT)
+        for signum in signals:
+            loop.add_signal_handler(signum, stopping.set)
+        try:
+            await self.serve(stopping)
+        finally:
+            for signum in signals:
+                loop.remove_signal_handler(signum)
+
+    async def serve(self, stopping: asyncio.Event) -> None:
+        """Start, fetch and deliver until ``stopping`` is set, then drain: fetch nothing more,
+        let the records in flight finish and commit, and leave the group."""
+        async with self._lifespan():
+            source = AiokafkaSource(
+                self.kafka,
+                topic=self.topic,
+                group_id=self.settings.group_id,
+                client_id=f"contextcore-{self.name}",
+                fetch_max_wait_ms=self.fetch_max_wait_ms,
+                listener=RebalanceListener(lambda: self.delivery),
+            )
+            await source.start()
+            fetching: asyncio.Task[None] | None = None
+            try:
+                self._started(source)
+                fetching = asyncio.create_task(self._fetch(source), name=f"{self.name}-fetch")
+                stopped = asyncio.create_task(stopping.wait())
+                await asyncio.wait({fetching, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                stopped.cancel()
+                self._ready = False
+                source.pause()  # fetch nothing more while draining
+                if self.delivery is not None:
+                    await self.delivery.close()
+            finally:
+                if fetching is not None:
+                    fetching.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await fetching
+                await source.stop()
+
+    async def _fetch(self, source: AiokafkaSource) -> None:
+        """Fetch and hand each record to the delivery, for ever. A slot the delivery does not
+        have holds the fetch (the records wait in the broker, not here); a broker that does not
+        answer is logged and asked again."""
+        max_records = self.settings.max_in_flight
+        while True:
+            try:
+                records = await source.fetch(max_records, _FETCH_TIMEOUT_MS)
+            except ConsumerStoppedError:
                 return
+            except KafkaError as error:
+                log.error("%s: fetch failed: %s: %s", self.name, type(error).__name__, error)
+                await asyncio.sleep(_FETCH_RETRY_S)
+                continue
+            if not records:
+                continue
+            delivery = self.delivery
+            assert delivery is not None  # set before the first fetch
             inbound = [inbound_of(record) for record in records]
             delivery.received(inbound)  # the lag counts records still waiting for a slot
             for record in inbound:
                 await delivery.submit(record)
 
-        entry.__name__ = f"{name}_records"
-        self.subscriber(entry)
-        self.declaration = Declaration(name, version, description, topic, payload, publishes)
-        """What the AsyncAPI document is made from (consumers/runtime/asyncapi.py)."""
-        self.app = FastStream(
-            self.broker,
-            lifespan=self._lifespan,
-            after_startup=[self._started],
-            on_shutdown=[self._drain],
-        )
-
     @asynccontextmanager
-    async def _lifespan(self, **_: Any) -> AsyncIterator[None]:
+    async def _lifespan(self) -> AsyncIterator[None]:
         bootstrap = self.kafka.require_bootstrap_servers()
         await ensure_topics(
             bootstrap,
@@ -266,11 +256,9 @@ class ConsumerApp:
             return Health(True, "starting")
         return self.delivery.health()
 
-    async def _started(self) -> None:
-        consumer = self.subscriber.consumer
+    def _started(self, source: AiokafkaSource) -> None:
         assert self.delivery is not None
-        assert consumer is not None
-        self.delivery.start(ConsumerCommitter(consumer))
+        self.delivery.start(ConsumerCommitter(source.consumer))
         # What start-up loaded (the encoder stack, the libraries: some 80,000 objects) lives as
         # long as the process: out of the collector's sight, a full collection no longer walks
         # it (25 ms with the event loop stopped, measured) while records wait.
@@ -284,15 +272,11 @@ class ConsumerApp:
             flush=True,
         )
 
-    async def _drain(self) -> None:
-        self._ready = False
-        consumer = self.subscriber.consumer
-        if consumer is not None:
-            consumer.pause(*consumer.assignment())  # fetch nothing more while draining
-        if self.delivery is not None:
-            await self.delivery.close()
 
-
+_FETCH_TIMEOUT_MS = 200
+"""How long one fetch waits for a record when none is buffered (the loop then asks again)."""
+_FETCH_RETRY_S = 1.0
+"""The pause after a fetch the broker did not answer."""
 _PROBE_INTERVAL_S = 2.0
 
 
@@ -300,18 +284,3 @@ async def _probe(journal: PostgresJournal) -> None:
     while True:
         await journal.check()
         await asyncio.sleep(_PROBE_INTERVAL_S)
-
-
-def lazy_app(create: Callable[[], ConsumerApp]) -> Callable[[str], Any]:
-    """A consumer module's ``__getattr__``: ``app`` (for ``faststream run module:app``), built
-    from the environment once, on first access, so importing the module reads no setting."""
-    built: list[Any] = []
-
-    def module_attribute(name: str) -> Any:
-        if name != "app":
-            raise AttributeError(name)
-        if not built:
-            built.append(create().app)
-        return built[0]
-
-    return module_attribute

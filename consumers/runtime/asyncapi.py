@@ -1,7 +1,7 @@
 """A consumer's AsyncAPI 3.0 document, from its declaration alone: the topic it reads and that
 topic's payload, the channels it publishes with theirs, and its dead-letter topic.
 
-The document is built here, not by FastStream: FastStream derives a subscriber's payload from
+The document is built here. FastStream, which ran the loop before, derived a payload from
 the handler's type hints, and this runtime's handler takes raw records (decoding, and its
 failures, are the handler's), so the payload it reads is declared, never inferred. Schemas are
 pydantic's JSON schemas of the declared models, every nested model once under

@@ -1,4 +1,5 @@
-"""The aiokafka side of the runtime: publishing, committing and hearing about rebalances."""
+"""The aiokafka side of the runtime: the group member that fetches, publishing, committing and
+hearing about rebalances."""
 
 from __future__ import annotations
 
@@ -26,6 +27,63 @@ def inbound_of(record: ConsumerRecord[bytes, bytes]) -> Inbound:
         value=record.value,
         headers=headers,
     )
+
+
+class AiokafkaSource:
+    """The group's member that fetches: subscribed with the rebalance listener, it fetches in
+    batches and pauses. It never commits on its own (auto-commit off): the delivery commits
+    through :class:`ConsumerCommitter`, after each record's outcome was published."""
+
+    def __init__(
+        self,
+        kafka: KafkaSettings,
+        *,
+        topic: str,
+        group_id: str,
+        client_id: str,
+        fetch_max_wait_ms: int,
+        listener: ConsumerRebalanceListener,
+    ) -> None:
+        self._kafka = kafka
+        self.consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka.require_bootstrap_servers(),
+            group_id=group_id,
+            group_instance_id=kafka.group_instance_id,
+            client_id=client_id,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            session_timeout_ms=kafka.session_timeout_ms,
+            heartbeat_interval_ms=kafka.heartbeat_interval_ms,
+        )
+        self.consumer.subscribe([topic], listener=listener)
+
+    async def start(self) -> None:
+        """Connect and join the group: returns once this member holds its partitions. The join
+        is not timed: it waits out a killed member's session timeout (the lifespan reached the
+        broker moments before, through the publisher)."""
+        try:
+            await self.consumer.start()
+        except (KafkaError, OSError) as error:
+            await self.consumer.stop()
+            raise InfrastructureUnavailable(
+                f"cannot join the group at {self._kafka.require_bootstrap_servers()}: "
+                f"{type(error).__name__}: {error}"
+            ) from error
+
+    async def fetch(self, max_records: int, timeout_ms: int) -> list[ConsumerRecord[bytes, bytes]]:
+        """Up to ``max_records`` records of the assigned partitions, each partition's in order;
+        none when nothing arrived within ``timeout_ms`` (or every partition is paused)."""
+        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        return [record for records in batches.values() for record in records]
+
+    def pause(self) -> None:
+        """Fetch nothing more from any partition this member holds."""
+        self.consumer.pause(*self.consumer.assignment())
+
+    async def stop(self) -> None:
+        """Leave the group (the partitions go to another member)."""
+        await self.consumer.stop()
 
 
 class AiokafkaPublisher:

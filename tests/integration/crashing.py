@@ -71,7 +71,7 @@ def main(consumer: str) -> None:
 
     app.open_handler = open_killing
     logging.basicConfig(level=logging.WARNING)
-    asyncio.run(app.app.run(log_level=logging.DEBUG))
+    asyncio.run(app.run())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""The embedding group's FastStream application: its own topic, its own group, scaled on its own.
+"""The embedding group's application: its own topic, its own group, scaled on its own.
 
-    faststream run consumers.knowledge.embed.app:app     (or: contextcore serve embed)
+    contextcore serve embed
 
 The model loads once at start-up (an OpenVINO export is cached under
 ``CONTEXTCORE_KNOWLEDGE_CACHE_DIR``) before the first batch is fetched.
@@ -17,7 +17,7 @@ from broker.topics import embed_topics
 from consumers.knowledge.embed.handler import EmbedHandler
 from consumers.knowledge.embed.metrics import EmbedMetrics
 from consumers.knowledge.embed.settings import EmbedSettings
-from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
@@ -85,6 +85,3 @@ def create_app(
         open_handler=open_handler,
         dead_letter_causes=("unknown_model",),
     )
-
-
-__getattr__ = lazy_app(create_app)

@@ -1,6 +1,6 @@
-"""The upload consumer's FastStream application.
+"""The upload consumer's application.
 
-    faststream run consumers.knowledge.upload.app:app     (or: contextcore serve upload)
+    contextcore serve upload
 
 It extracts and chunks in bounded worker processes (:mod:`contextcore.knowledge.sandbox`; no
 model is loaded, only the model's tokenizer), so it stays small and a hostile document can only
@@ -17,7 +17,7 @@ from broker.topics import upload_topics
 from consumers.knowledge.upload.handler import UploadHandler
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.knowledge.upload.settings import UploadSettings
-from consumers.runtime.app import ConsumerApp, lazy_app
+from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
@@ -125,6 +125,3 @@ def create_app(
         dead_letter_causes=("refused",),
         retry_causes=("object_store",),
     )
-
-
-__getattr__ = lazy_app(create_app)
