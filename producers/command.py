@@ -133,18 +133,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         print(help_text(found), file=sys.stderr)  # no command: a usage error, with the help
         return EXIT_USAGE
-    if rest and f"{name}.{rest[0]}" in found:  # a subcommand another distribution adds
-        name, rest = f"{name}.{rest[0]}", rest[1:]
-    elif rest and f"{name}.{rest[0]}" in ELSEWHERE:  # ... that is not installed here
-        where = ELSEWHERE[f"{name}.{rest[0]}"]
-        print(f"contextcore: '{name} {rest[0]}' {where}", file=sys.stderr)
-        return EXIT_USAGE
+    sub = f"{name}.{rest[0]}" if rest else ""
+    if sub in found or sub in ELSEWHERE:  # a subcommand another distribution adds
+        name, rest = sub, rest[1:]
     point = found.get(name)
     if point is None:
+        shown = name.replace(".", " ")
         known = ", ".join(sorted(n.replace(".", " ") for n in found)) or "none installed"
-        print(f"contextcore: no command {name!r} (commands: {known})", file=sys.stderr)
+        print(f"contextcore: no command {shown!r} (commands: {known})", file=sys.stderr)
         if name in ELSEWHERE:
-            print(f"contextcore: {name!r} {ELSEWHERE[name]}", file=sys.stderr)
+            print(f"contextcore: {shown!r} {ELSEWHERE[name]}", file=sys.stderr)
         return EXIT_USAGE
     run: Main = point.load()
     os.environ.update(settings)

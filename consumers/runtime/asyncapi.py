@@ -80,7 +80,8 @@ def document(declaration: Declaration, server: str) -> dict[str, Any]:
     channels: dict[str, Any] = {}
     messages: dict[str, Any] = {}
     operations: dict[str, Any] = {}
-    for action, channel in declaration.channels():
+    declared = declaration.channels()
+    for action, channel in declared:
         key = channel.title
         message = "SubscribeMessage" if action == "receive" else "Message"
         channels[key] = {
@@ -102,7 +103,7 @@ def document(declaration: Declaration, server: str) -> dict[str, Any]:
             "channel": {"$ref": f"#/channels/{key}"},
             "messages": [{"$ref": f"#/channels/{key}/messages/{message}"}],
         }
-    models = [channel.schema for _, channel in declaration.channels()]
+    models = [channel.schema for _, channel in declared]
     return {
         "asyncapi": ASYNCAPI_VERSION,
         "info": {

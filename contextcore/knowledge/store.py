@@ -45,7 +45,7 @@ from contextcore.storage.tenancy import (
     PLATFORM,
     SERVICE_ROLE,
     Connection,
-    Platform,
+    Scope,
     TenantConnection,
     TenantDatabase,
     TenantQuery,
@@ -561,6 +561,11 @@ async def sweep(
     return [Swept(**dict(row)) for row in rows]
 
 
+def _scope(organization_id: UUID | None) -> Scope:
+    """The tenancy scope of an organization's rows, or of the platform's (``None``)."""
+    return organization_id if organization_id is not None else PLATFORM
+
+
 class PostgresChunkStore:
     """The embedder's :class:`~contextcore.knowledge.embed.ChunkStore` on PostgreSQL: each batch
     in one transaction of its scope (:func:`store_batch`)."""
@@ -577,13 +582,8 @@ class PostgresChunkStore:
         chunks: Sequence[Chunk],
         vectors: Sequence[Sequence[float]],
     ) -> BatchResult:
-        scope = organization_id if organization_id is not None else PLATFORM
-        async with self.database.writing(scope) as tenant:
+        async with self.database.writing(_scope(organization_id)) as tenant:
             return await store_batch(tenant, source_id, model, generation, chunks, vectors)
-
-
-def _scope(organization_id: UUID | None) -> UUID | Platform:
-    return organization_id if organization_id is not None else PLATFORM
 
 
 class PostgresKnowledgeRepository:

@@ -88,6 +88,14 @@ def login_url(admin_url: str, login: Login, database: str) -> str:
     return parts._replace(netloc=netloc, path="/" + quote(database)).geturl()
 
 
+@contextlib.asynccontextmanager
+async def _exclusive(path: Path) -> AsyncIterator[None]:
+    """Held by one process at a time: the workers of `pytest -n N` take turns."""
+    with path.open("w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        yield
+
+
 @pytest.fixture(scope="session")
 async def services() -> Services:
     bootstrap = os.environ.get("CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS")
@@ -98,8 +106,7 @@ async def services() -> Services:
         # starts the stack, the others find it running. The run's controller stops it at the
         # end when this run started it (tests/conftest.py).
         stack.home.mkdir(parents=True, exist_ok=True)
-        with (stack.home / "pytest.lock").open("w") as lock:
-            await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        async with _exclusive(stack.home / "pytest.lock"):
             report = await stack.up(all_topics(TopicSettings()))
             if report.broker_started or report.postgres_started:
                 (stack.home / STARTED).write_text(os.environ.get(RUN, ""))
@@ -116,8 +123,7 @@ async def roles(services: Services) -> AsyncIterator[Roles]:
     owner = Login(f"cc_test_owner_{tag}", secrets.token_urlsafe(12), "")
     runtime = Login(f"cc_test_runtime_{tag}", secrets.token_urlsafe(12), "")
     # the workers of one run create the roles they share (the service role) once: one at a time
-    with (Path(tempfile.gettempdir()) / "contextcore-pytest-roles.lock").open("w") as lock:
-        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+    async with _exclusive(Path(tempfile.gettempdir()) / "contextcore-pytest-roles.lock"):
         conn = await asyncpg.connect(services.admin_url)
         try:
             await provision_roles(conn, owner=owner, runtime=runtime)
