@@ -9,7 +9,9 @@ drains what is in flight. ``docs/delivery.md`` explains every choice.
     tracker.py   per-partition in-flight offsets and the commit position          (pure)
     letters.py   bounded dead-letter records                                       (pure)
     delivery.py  the pipeline: handle, serialise, publish, retry, dead-letter, commit
-    kafka.py     the aiokafka adapters: publisher, committer, rebalance listener
+    transport.py the ports to a broker: transport, record source, rebalance
+    kafka.py     their aiokafka adapters: transport, source, publisher, committer
+    inmemory.py  their in-memory adapters: a broker of this process (the behaviour suites)
     health.py    /metrics, /healthz (a stuck partition is not live), /readyz
     metrics.py   the runtime's Prometheus series
     app.py       a consumer's process: the fetch loop, the lifecycle, wired to the above

@@ -1,12 +1,15 @@
 """One consumer's process: group membership, the fetch loop and the lifecycle, its records fed
 to a :class:`~consumers.runtime.delivery.Delivery`.
 
-The loop is ours (docs/delivery.md, "The runtime"): an aiokafka member
-(:class:`~consumers.runtime.kafka.AiokafkaSource`) fetches batches and hands every record to the
-delivery, which runs up to ``max_in_flight`` of them and commits each partition's position
-itself, after the outcome was published; nothing commits on its own. ``contextcore serve build``
-runs it. The AsyncAPI document comes from the same declarations (:attr:`ConsumerApp.declaration`,
-consumers/runtime/asyncapi.py, ``docs/asyncapi/``).
+The loop is ours (docs/delivery.md, "The runtime"), on the ports of
+consumers/runtime/transport.py: a member of the group (a
+:class:`~consumers.runtime.transport.RecordSource`) fetches batches and the loop hands every
+record to the delivery, which runs up to ``max_in_flight`` of them and commits each partition's
+position itself, after the outcome was published; nothing commits on its own. The transport is
+Kafka (:class:`~consumers.runtime.kafka.KafkaTransport`) unless another is given: the behaviour
+suites (tests/behaviour/) run the same app in memory (consumers/runtime/inmemory.py) too.
+``contextcore serve build`` runs it. The AsyncAPI document comes from the same declarations
+(:attr:`ConsumerApp.declaration`, consumers/runtime/asyncapi.py, ``docs/asyncapi/``).
 
 Start-up fails closed before the first record is fetched: the broker must answer, the topics
 exist, and ``open_handler`` has checked the schema and opened what the handler needs. SIGTERM
@@ -27,29 +30,28 @@ import logging
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
-from aiokafka.errors import ConsumerStoppedError, KafkaError
 from pydantic import BaseModel
 
 from broker.settings import KafkaSettings
-from broker.topics import TopicSpec, ensure_topics
+from broker.topics import TopicSpec
 from consumers.runtime.asyncapi import Channel, Declaration
 from consumers.runtime.decoding import DEAD_LETTER_CAUSES
 from consumers.runtime.delivery import Delivery, Health, Publisher, RecordHandler
 from consumers.runtime.health import HealthServer
-from consumers.runtime.journal import PostgresJournal
-from consumers.runtime.kafka import (
-    AiokafkaPublisher,
-    AiokafkaSource,
-    ConsumerCommitter,
-    RebalanceListener,
-    inbound_of,
-)
+from consumers.runtime.journal import PostgresJournal, ServedJournal
+from consumers.runtime.kafka import KafkaTransport
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
 from consumers.runtime.settings import ConsumerSettings
+from consumers.runtime.tracker import TopicPartition
+from consumers.runtime.transport import RecordSource, Transport
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from schemas.errors import ConfigurationError
+
+OpenHandler = Callable[[RuntimeMetrics, Publisher], AbstractAsyncContextManager[RecordHandler]]
+OpenJournal = Callable[[], AbstractAsyncContextManager[ServedJournal]]
 
 log = logging.getLogger("contextcore.consumer")
 
@@ -67,15 +69,19 @@ class ConsumerApp:
         kafka: KafkaSettings,
         database: DatabaseSettings,
         topics: list[TopicSpec],
-        open_handler: Callable[
-            [RuntimeMetrics, Publisher], AbstractAsyncContextManager[RecordHandler]
-        ],
+        open_handler: OpenHandler,
         version: str = "1",
         dead_letter_causes: Sequence[str] = (),
         retry_causes: Sequence[str] = (),
+        transport: Transport | None = None,
+        open_journal: OpenJournal | None = None,
     ) -> None:
         """``dead_letter_causes`` and ``retry_causes``: the handler's own, beside the
-        runtime's and the decoder's; their series start at 0."""
+        runtime's and the decoder's; their series start at 0. ``transport``: Kafka unless
+        given; ``open_journal``: the start journal in PostgreSQL unless given."""
+        self._arguments: dict[str, Any] = {
+            key: value for key, value in locals().items() if key not in ("self", "__class__")
+        }
         longest = settings.longest_healthy_record_s(kafka.request_timeout_ms / 1000)
         if settings.stuck_after_s <= longest:
             raise ConfigurationError(
@@ -89,11 +95,13 @@ class ConsumerApp:
         self.database = database
         self.topics = topics
         self.open_handler = open_handler
+        self.transport: Transport = transport or KafkaTransport(kafka)
+        self.open_journal: OpenJournal = open_journal or self._postgres_journal
         self.metrics = RuntimeMetrics.create()
         self.dead_letter_causes = (*DEAD_LETTER_CAUSES, *dead_letter_causes)
         self.retry_causes = tuple(retry_causes)
         self.delivery: Delivery | None = None
-        self.journal: PostgresJournal | None = None
+        self.journal: ServedJournal | None = None
         self._health: HealthServer | None = None
         self._ready = False
         self.fetch_max_wait_ms = (
@@ -103,6 +111,11 @@ class ConsumerApp:
         )
         self.declaration = Declaration(name, version, description, topic, payload, publishes)
         """What the AsyncAPI document is made from (consumers/runtime/asyncapi.py)."""
+
+    def replace(self, **changes: Any) -> ConsumerApp:
+        """A new app of the same declaration with ``changes`` to its arguments (another
+        ``transport``, ``open_handler`` or ``open_journal``: the in-memory behaviour suites)."""
+        return ConsumerApp(**{**self._arguments, **changes})
 
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then drain and leave the group."""
@@ -121,13 +134,12 @@ class ConsumerApp:
         """Start, fetch and deliver until ``stopping`` is set, then drain: fetch nothing more,
         let the records in flight finish and commit, and leave the group."""
         async with self._lifespan():
-            source = AiokafkaSource(
-                self.kafka,
+            source = self.transport.source(
                 topic=self.topic,
                 group_id=self.settings.group_id,
                 client_id=f"contextcore-{self.name}",
                 fetch_max_wait_ms=self.fetch_max_wait_ms,
-                listener=RebalanceListener(lambda: self.delivery),
+                rebalance=self,
             )
             await source.start()
             fetching: asyncio.Task[None] | None = None
@@ -148,40 +160,34 @@ class ConsumerApp:
                         await fetching
                 await source.stop()
 
-    async def _fetch(self, source: AiokafkaSource) -> None:
-        """Fetch and hand each record to the delivery, for ever. A slot the delivery does not
-        have holds the fetch (the records wait in the broker, not here); a broker that does not
-        answer is logged and asked again."""
+    async def _fetch(self, source: RecordSource) -> None:
+        """Fetch and hand each record to the delivery until the source stops. A slot the
+        delivery does not have holds the fetch (the records wait in the broker, not here)."""
         max_records = self.settings.max_in_flight
-        while True:
-            try:
-                records = await source.fetch(max_records, _FETCH_TIMEOUT_MS)
-            except ConsumerStoppedError:
-                return
-            except KafkaError as error:
-                log.error("%s: fetch failed: %s: %s", self.name, type(error).__name__, error)
-                await asyncio.sleep(_FETCH_RETRY_S)
-                continue
+        while (records := await source.fetch(max_records, _FETCH_TIMEOUT_MS)) is not None:
             if not records:
                 continue
             delivery = self.delivery
             assert delivery is not None  # set before the first fetch
-            inbound = [inbound_of(record) for record in records]
-            delivery.received(inbound)  # the lag counts records still waiting for a slot
-            for record in inbound:
+            delivery.received(records)  # the lag counts records still waiting for a slot
+            for record in records:
                 await delivery.submit(record)
+
+    # the group's rebalances (transport.Rebalance), told to the delivery
+
+    def assigned(self, partitions: list[TopicPartition]) -> None:
+        if self.delivery is not None:
+            self.delivery.assign(partitions)
+
+    async def revoked(self, partitions: list[TopicPartition]) -> None:
+        """Drain the records of ``partitions`` and commit, before the group hands them on."""
+        if self.delivery is not None:
+            await self.delivery.revoke(partitions)
 
     @asynccontextmanager
     async def _lifespan(self) -> AsyncIterator[None]:
-        bootstrap = self.kafka.require_bootstrap_servers()
-        await ensure_topics(
-            bootstrap,
-            self.topics,
-            timeout_s=self.kafka.connect_timeout_s,
-            create=self.kafka.create_topics,
-            replication_factor=self.kafka.topic_replication_factor,
-        )
-        publisher = AiokafkaPublisher(self.kafka, client_id=f"contextcore-{self.name}")
+        await self.transport.ensure_topics(self.topics)
+        publisher = self.transport.publisher(client_id=f"contextcore-{self.name}")
         await publisher.start()
         # serving before the handler opens: loading a model takes tens of seconds, and a
         # liveness probe that finds no port meanwhile would kill the pod (live: "starting")
@@ -195,7 +201,7 @@ class ConsumerApp:
             self._health.start()
             async with (
                 self.open_handler(self.metrics, publisher) as handler,
-                self._journal() as journal,
+                self._served_journal() as journal,
             ):
                 self.delivery = Delivery(
                     consumer=self.name,
@@ -224,9 +230,8 @@ class ConsumerApp:
             await publisher.stop()
 
     @asynccontextmanager
-    async def _journal(self) -> AsyncIterator[PostgresJournal]:
-        """The start journal on a pool of its own, and the probe that keeps its availability
-        (the readiness) current while no record arrives."""
+    async def _postgres_journal(self) -> AsyncIterator[ServedJournal]:
+        """The start journal on a pool of its own."""
         pool = await create_pool(
             self.database.require_url(),
             timeout_s=self.database.connect_timeout_s,
@@ -234,18 +239,28 @@ class ConsumerApp:
             max_size=2,
             session_role=self.database.role,
         )
-        self.journal = PostgresJournal(pool, group=self.settings.group_id)
-        probe = asyncio.create_task(_probe(self.journal), name=f"{self.name}-database-probe")
+        journal = PostgresJournal(pool, group=self.settings.group_id)
         try:
-            yield self.journal
+            yield journal
         finally:
-            probe.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await probe
             try:
-                await self.journal.close()
+                await journal.close()
             finally:
                 await pool.close()
+
+    @asynccontextmanager
+    async def _served_journal(self) -> AsyncIterator[ServedJournal]:
+        """The journal ``open_journal`` opens, and the probe that keeps its availability (the
+        readiness) current while no record arrives."""
+        async with self.open_journal() as journal:
+            self.journal = journal
+            probe = asyncio.create_task(_probe(journal), name=f"{self.name}-database-probe")
+            try:
+                yield journal
+            finally:
+                probe.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await probe
 
     def ready(self) -> bool:
         """Started, not shutting down, and the database answers."""
@@ -256,9 +271,9 @@ class ConsumerApp:
             return Health(True, "starting")
         return self.delivery.health()
 
-    def _started(self, source: AiokafkaSource) -> None:
+    def _started(self, source: RecordSource) -> None:
         assert self.delivery is not None
-        self.delivery.start(ConsumerCommitter(source.consumer))
+        self.delivery.start(source.committer)
         # What start-up loaded (the encoder stack, the libraries: some 80,000 objects) lives as
         # long as the process: out of the collector's sight, a full collection no longer walks
         # it (25 ms with the event loop stopped, measured) while records wait.
@@ -275,12 +290,10 @@ class ConsumerApp:
 
 _FETCH_TIMEOUT_MS = 200
 """How long one fetch waits for a record when none is buffered (the loop then asks again)."""
-_FETCH_RETRY_S = 1.0
-"""The pause after a fetch the broker did not answer."""
 _PROBE_INTERVAL_S = 2.0
 
 
-async def _probe(journal: PostgresJournal) -> None:
+async def _probe(journal: ServedJournal) -> None:
     while True:
         await journal.check()
         await asyncio.sleep(_PROBE_INTERVAL_S)

@@ -73,10 +73,24 @@ class StartJournal(Protocol):
         """Drop what is known of records below each committed position."""
 
 
+class ServedJournal(StartJournal, Protocol):
+    """The journal a consumer's process serves with: its availability is its readiness."""
+
+    @property
+    def available(self) -> bool:
+        """Whether the last statement was answered."""
+
+    async def check(self) -> bool:
+        """Whether the journal answers now (the readiness probe asks every few seconds)."""
+
+
 class NoJournal:
     """Counts nothing: every record is a first start (a process with no database)."""
 
     available = True
+
+    async def check(self) -> bool:
+        return True
 
     async def started(self, position: Position) -> Prior:
         return Prior()

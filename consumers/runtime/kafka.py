@@ -1,20 +1,62 @@
-"""The aiokafka side of the runtime: the group member that fetches, publishing, committing and
-hearing about rebalances."""
+"""The aiokafka adapter of the runtime's ports (consumers/runtime/transport.py): the group
+member that fetches, publishing, committing and hearing about rebalances."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
+from aiokafka.errors import ConsumerStoppedError, KafkaError, UnknownTopicOrPartitionError
 from aiokafka.structs import ConsumerRecord
 
 from broker.settings import KafkaSettings
-from broker.topics import reach
-from consumers.runtime.delivery import Delivery, PublishError
+from broker.topics import TopicSpec, ensure_topics, reach
+from consumers.runtime.delivery import PublishError
 from consumers.runtime.records import Inbound
 from consumers.runtime.tracker import TopicPartition as Partition
+from consumers.runtime.transport import Rebalance
 from schemas.errors import InfrastructureUnavailable
+
+log = logging.getLogger("contextcore.consumer")
+
+
+class KafkaTransport:
+    """The runtime on Kafka (Apache Kafka in production, Tansu in development)."""
+
+    def __init__(self, kafka: KafkaSettings) -> None:
+        self._kafka = kafka
+
+    async def ensure_topics(self, specs: list[TopicSpec]) -> None:
+        await ensure_topics(
+            self._kafka.require_bootstrap_servers(),
+            specs,
+            timeout_s=self._kafka.connect_timeout_s,
+            create=self._kafka.create_topics,
+            replication_factor=self._kafka.topic_replication_factor,
+        )
+
+    def publisher(self, *, client_id: str) -> AiokafkaPublisher:
+        return AiokafkaPublisher(self._kafka, client_id=client_id)
+
+    def source(
+        self,
+        *,
+        topic: str,
+        group_id: str,
+        client_id: str,
+        fetch_max_wait_ms: int,
+        rebalance: Rebalance,
+    ) -> AiokafkaSource:
+        return AiokafkaSource(
+            self._kafka,
+            topic=topic,
+            group_id=group_id,
+            client_id=client_id,
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            listener=RebalanceListener(rebalance),
+        )
 
 
 def inbound_of(record: ConsumerRecord[bytes, bytes]) -> Inbound:
@@ -57,6 +99,7 @@ class AiokafkaSource:
             heartbeat_interval_ms=kafka.heartbeat_interval_ms,
         )
         self.consumer.subscribe([topic], listener=listener)
+        self.committer = ConsumerCommitter(self.consumer)
 
     async def start(self) -> None:
         """Connect and join the group: returns once this member holds its partitions. The join
@@ -71,11 +114,19 @@ class AiokafkaSource:
                 f"{type(error).__name__}: {error}"
             ) from error
 
-    async def fetch(self, max_records: int, timeout_ms: int) -> list[ConsumerRecord[bytes, bytes]]:
+    async def fetch(self, max_records: int, timeout_ms: int) -> list[Inbound] | None:
         """Up to ``max_records`` records of the assigned partitions, each partition's in order;
-        none when nothing arrived within ``timeout_ms`` (or every partition is paused)."""
-        batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
-        return [record for records in batches.values() for record in records]
+        none when nothing arrived within ``timeout_ms`` (or every partition is paused, or the
+        broker did not answer: logged, then a pause); ``None`` once stopped."""
+        try:
+            batches = await self.consumer.getmany(timeout_ms=timeout_ms, max_records=max_records)
+        except ConsumerStoppedError:
+            return None
+        except KafkaError as error:
+            log.error("fetch failed: %s: %s", type(error).__name__, error)
+            await asyncio.sleep(_FETCH_RETRY_S)
+            return []
+        return [inbound_of(record) for records in batches.values() for record in records]
 
     def pause(self) -> None:
         """Fetch nothing more from any partition this member holds."""
@@ -167,18 +218,18 @@ class ConsumerCommitter:
 
 
 class RebalanceListener(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Tells the delivery which partitions this member gained, and drains the ones it lost
-    before the group hands them to another member."""
+    """aiokafka's listener, told to the runtime's :class:`Rebalance`."""
 
-    def __init__(self, delivery: Callable[[], Delivery | None]) -> None:
-        self._delivery = delivery
+    def __init__(self, rebalance: Rebalance) -> None:
+        self._rebalance = rebalance
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        delivery = self._delivery()
-        if delivery is not None and revoked:
-            await delivery.revoke([(tp.topic, tp.partition) for tp in revoked])
+        if revoked:
+            await self._rebalance.revoked([(tp.topic, tp.partition) for tp in revoked])
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        delivery = self._delivery()
-        if delivery is not None:
-            delivery.assign([(tp.topic, tp.partition) for tp in assigned])
+        self._rebalance.assigned([(tp.topic, tp.partition) for tp in assigned])
+
+
+_FETCH_RETRY_S = 1.0
+"""The pause after a fetch the broker did not answer."""
