@@ -2,7 +2,7 @@
 
 ``pytest -n N`` runs the tests on N worker processes (scripts/test: four). The first integration
 test of any worker starts the embedded stack when no running services are named
-(tests/integration/conftest.py, under a lock), and the others share it; only this process, the
+(tests/services.py, under a lock), and the others share it; only this process, the
 controller, knows when every worker is done, so it stops the stack at the very end, and only
 when a worker of this run started it. A lone session (``-n 0``) is its own controller.
 """
@@ -15,6 +15,8 @@ import uuid
 import pytest
 
 from devstack.stack import DevStack
+
+pytest_plugins = ["tests.services"]  # the real services' fixtures
 
 RUN = "CONTEXTCORE_TEST_RUN"
 """This run's id: the workers inherit it, and the one that starts the stack writes it down."""

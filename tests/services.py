@@ -1,4 +1,5 @@
-"""Real services for the integration tier: the Tansu broker and PostgreSQL 18 + pgvector.
+"""Real services for the tests: the Tansu broker and PostgreSQL 18 + pgvector (fixtures, a plugin
+of tests/conftest.py: the integration tier and the behaviour suites' broker runs use them).
 
 When ``CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS`` and ``CONTEXTCORE_DATABASE_ADMIN_URL`` (a superuser
 of a pgvector PostgreSQL) are both set, the tests use those services; otherwise the session
@@ -52,8 +53,6 @@ from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
 from producers.knowledge import KnowledgeClient
 from tests.conftest import RUN, STARTED
-
-pytestmark = pytest.mark.integration
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 
 from schemas.memory import Invoker
-from tests.integration.conftest import Config
 from tests.integration.helpers import producer, remember_message, request_message
+from tests.services import Config
 
 ORG = uuid.UUID("7d000000-0000-4000-8000-0000000000c1")
 DEFINITION = uuid.UUID("7d000000-0000-4000-8000-00000000d001")

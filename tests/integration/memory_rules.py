@@ -25,8 +25,8 @@ import asyncpg
 from contextcore.memory import store
 from contextcore.memory.service import forget_write, remember_write
 from schemas.memory import Invoker, MemoryCandidate
-from tests.integration.conftest import Database
 from tests.integration.helpers import as_service_role, waits_on_a_lock
+from tests.services import Database
 
 ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000a1")
 DEFINITION = uuid.UUID("7b000000-0000-4000-8000-00000000d001")

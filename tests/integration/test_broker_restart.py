@@ -45,8 +45,8 @@ from producers.memory import MemoryClient
 from schemas.context import ContextPolicy, ContextRequest, ContextSubject
 from schemas.errors import ReplyTimeout
 from schemas.memory import Invoker, MemoryAnswerV1, MemoryCandidate
-from tests.integration.conftest import Config, ConsumerProcess, StartConsumer
 from tests.integration.helpers import free_port, until
+from tests.services import Config, ConsumerProcess, StartConsumer
 
 pytestmark = pytest.mark.integration
 

@@ -10,96 +10,16 @@ import uuid
 import asyncpg
 import pytest
 
-from broker.topics import dead_letter_topic
 from tests.integration import seed
-from tests.integration.conftest import Config, Database, StartConsumer
 from tests.integration.helpers import (
     free_port,
     producer,
     read_json,
     request_message,
 )
+from tests.services import Config, Database, StartConsumer
 
 pytestmark = pytest.mark.integration
-
-
-async def test_plain_aiokafka_request_gets_its_reply_on_the_named_topic(
-    config: Config, start_consumer: StartConsumer
-) -> None:
-    bootstrap = config.bootstrap
-    reply_topic = config.reply_topic("plain")
-    await start_consumer(config)
-    send = await producer(bootstrap)
-    try:
-        entities = [{"kind": "crm.company", "id": "c1"}, {"kind": 7}, "not a ref"]
-        message = request_message("corr-plain-1", reply_topic)
-        message["request"]["entities"] = entities
-        await send.send_and_wait(config.request_topic, json.dumps(message).encode())
-    finally:
-        await send.stop()
-
-    [reply] = await read_json(bootstrap, reply_topic, until=1)
-    assert reply["correlation_id"] == "corr-plain-1"
-    assert reply["status"] == "ok"
-    assert reply["brief"] == {
-        "text": "",
-        "items": [],
-        "tokens": 0,
-        "per_source_tokens": {},
-        "dropped": {},
-        "failed_sources": [],
-    }
-    assert reply["dropped_entities"] == 2
-
-
-async def test_malformed_json_is_dead_lettered_and_the_next_request_is_answered(
-    config: Config, start_consumer: StartConsumer
-) -> None:
-    bootstrap = config.bootstrap
-    topic = config.request_topic
-    reply_topic = config.reply_topic("dlt")
-    await start_consumer(config)
-    send = await producer(bootstrap)
-    try:
-        # One partition (key) for both, so the valid request queues behind the poison one.
-        bad = await send.send_and_wait(topic, b'{"correlation_id": "x", oops', key=b"k")
-        good = request_message("corr-after-poison", reply_topic)
-        await send.send_and_wait(topic, json.dumps(good).encode(), key=b"k")
-    finally:
-        await send.stop()
-
-    [letter] = await read_json(bootstrap, dead_letter_topic(topic), until=1)
-    assert (letter["topic"], letter["partition"], letter["offset"]) == (
-        topic,
-        bad.partition,
-        bad.offset,
-    )
-    assert letter["reason"].startswith("not JSON")
-    assert letter["payload"] == '{"correlation_id": "x", oops'
-    assert letter["consumer_group"] == config.build.group_id
-    [reply] = await read_json(bootstrap, reply_topic, until=1)
-    assert (reply["correlation_id"], reply["status"]) == ("corr-after-poison", "ok")
-
-
-async def test_invalid_request_with_a_readable_address_gets_an_error_reply(
-    config: Config, start_consumer: StartConsumer
-) -> None:
-    bootstrap = config.bootstrap
-    reply_topic = config.reply_topic("invalid")
-    await start_consumer(config)
-    message = request_message("corr-invalid", reply_topic)
-    message["policy"]["total_token_budget"] = "500"  # strict: a string is refused, not coerced
-    send = await producer(bootstrap)
-    try:
-        await send.send_and_wait(config.request_topic, json.dumps(message).encode())
-    finally:
-        await send.stop()
-
-    [reply] = await read_json(bootstrap, reply_topic, until=1)
-    assert reply["correlation_id"] == "corr-invalid"
-    assert reply["status"] == "error"
-    assert reply["error"]["code"] == "invalid_request"
-    assert any("policy.total_token_budget" in line for line in reply["error"]["details"])
 
 
 async def test_a_nul_in_the_query_is_refused_at_the_edge_not_by_postgresql(

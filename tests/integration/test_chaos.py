@@ -32,9 +32,9 @@ from broker.topics import (
     memory_topics,
     upload_topics,
 )
-from tests.integration.conftest import Config, spawn_build_consumer
 from tests.integration.load import ORG, POISON, MixedLoad
 from tests.integration.test_crash_loop import Reader
+from tests.services import Config, spawn_build_consumer
 
 pytestmark = pytest.mark.integration
 

@@ -15,8 +15,8 @@ from producers.client import BuildFailed, ContextClient, ReplyTimeout
 from schemas.build import BuildReplyV1
 from schemas.context import ContextBrief, ContextPolicy, ContextRequest, ContextSubject
 from schemas.errors import PublishFailed
-from tests.integration.conftest import Config, Database, StartConsumer, spawn_build_consumer
 from tests.integration.helpers import free_port, producer, until
+from tests.services import Config, Database, StartConsumer, spawn_build_consumer
 
 pytestmark = pytest.mark.integration
 

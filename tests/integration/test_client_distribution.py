@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import run
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import Config, Database, StartConsumer
 from tests.integration.helpers import free_port, run
+from tests.services import Config, Database, StartConsumer
 
 pytestmark = pytest.mark.integration
 

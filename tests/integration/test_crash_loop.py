@@ -25,7 +25,6 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from broker.topics import dead_letter_topic, ensure_topics, memory_topics, upload_topics
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.crashing import KILL_MARK
 from tests.integration.helpers import (
     assigned_reader,
@@ -35,6 +34,7 @@ from tests.integration.helpers import (
 )
 from tests.integration.test_memory_consumer import ORG as MEMORY_ORG
 from tests.integration.test_memory_consumer import PRINCIPAL as MEMORY_PRINCIPAL
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

@@ -26,9 +26,9 @@ from producers.memory import MemoryClient
 from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from schemas.memory import Invoker, MemoryCandidate
 from tests.integration import seed
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import free_port, producer, read_json
 from tests.integration.test_knowledge_pipeline import upload
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

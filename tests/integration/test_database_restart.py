@@ -25,10 +25,10 @@ from broker.topics import dead_letter_topic, ensure_topics, memory_topics, uploa
 from contextcore.storage import migrations
 from contextcore.storage.pool import with_database
 from devstack.stack import DevSettings, DevStack, StackAddresses
-from tests.integration.conftest import Config, ConsumerProcess, StartConsumer
 from tests.integration.helpers import free_port, until, until_true
 from tests.integration.load import ORG, MixedLoad
 from tests.integration.test_crash_loop import Reader
+from tests.services import Config, ConsumerProcess, StartConsumer
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,6 @@ from broker.topics import dead_letter_topic
 from consumers.runtime.kafka import ConsumerCommitter
 from consumers.runtime.records import HEADER_ATTEMPT
 from tests.integration import seed
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import (
     ORG,
     assigned_reader,
@@ -27,6 +26,7 @@ from tests.integration.helpers import (
     read_json,
     request_message,
 )
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

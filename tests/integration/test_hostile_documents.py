@@ -20,9 +20,9 @@ import pytest
 from broker.topics import ensure_topics, upload_topics
 from producers.knowledge import UploadFailed
 from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import status_mb
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,6 @@ from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.knowledge import KnowledgeClient, UploadFailed
 from schemas.upload import UploadStatusV1
 from tests.documents import corrupt_pdf
-from tests.integration.conftest import Config, Database, StartConsumer
 from tests.integration.test_knowledge_pipeline import (
     HANDBOOK,
     ORG_A,
@@ -30,6 +29,7 @@ from tests.integration.test_knowledge_pipeline import (
     knowledge_request,
     spec,
 )
+from tests.services import Config, Database, StartConsumer
 
 pytestmark = pytest.mark.integration
 

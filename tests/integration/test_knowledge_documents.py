@@ -17,7 +17,6 @@ from contextcore.knowledge.queries import QueryVectors
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, EmbedChunkV1
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import only_encoder, producer, read_json
 from tests.integration.test_knowledge_admin import command, start_pipeline, upload_all
 from tests.integration.test_knowledge_pipeline import (
@@ -27,6 +26,7 @@ from tests.integration.test_knowledge_pipeline import (
     knowledge_request,
     spec,
 )
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

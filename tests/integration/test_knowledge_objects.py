@@ -17,9 +17,9 @@ import pytest
 from broker.topics import ensure_topics, upload_topics
 from producers.knowledge import DocumentTooLarge, KnowledgeClient, UploadFailed
 from producers.staging import INLINE_BYTES, FileStage, S3Stage
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import free_port
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

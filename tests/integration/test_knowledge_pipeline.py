@@ -22,8 +22,8 @@ from producers.client import ContextClient
 from producers.knowledge import KnowledgeClient, UploadFailed, UploadSuperseded
 from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import only_encoder, producer, read_json
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

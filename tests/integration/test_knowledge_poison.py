@@ -26,9 +26,9 @@ from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, upload_topics
 from contextcore.knowledge.encoder import DEFAULT_MODEL
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import Librdkafka, free_port, read_json
 from tests.integration.test_poison_records import json_values, text_of
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from contextcore.knowledge.sandbox import TextSandbox
 from contextcore.knowledge.search import MODEL_MOVED, SEARCH
 from contextcore.knowledge.state import Accepted, Superseded
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
-from tests.integration.conftest import Config, Database
+from tests.services import Config, Database
 
 pytestmark = pytest.mark.integration
 

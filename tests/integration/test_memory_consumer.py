@@ -23,9 +23,9 @@ from contextcore.memory.health import health
 from contextcore.storage.tenancy import TenantDatabase
 from producers.memory import MemoryClient
 from schemas.memory import Invoker, MemoryCandidate
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import Librdkafka, read_json, remember_message
 from tests.integration.test_poison_records import json_values, text_of
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 
@@ -69,38 +69,6 @@ async def test_the_client_remembers_and_forgets_through_the_consumer(
         node = PRINCIPAL.model_copy(update={"workflow_node": True})
         refused = await memory.remember(node, preference)
         assert (refused.status, refused.reason) == ("refused", "workflow_node")
-
-
-async def test_a_model_supplied_subject_key_is_invalid_input_never_ignored(
-    ready: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
-) -> None:
-    await start_consumer(ready, consumer="memory")
-    reply_to = ready.reply_topic("memory-strict")
-    kafka = await asyncio.to_thread(Librdkafka, ready.bootstrap, reply_to)
-    try:
-        forged = remember_message(
-            "forged", reply_to, PRINCIPAL, subject_key="crm.company:x:lifecycle_stage"
-        )
-        await asyncio.to_thread(
-            kafka.send, ready.topics.memory_write, json.dumps(forged).encode(), str(ORG).encode()
-        )
-        answer = await asyncio.to_thread(kafka.reply, "forged")
-        two = remember_message(
-            "two-refs",
-            reply_to,
-            PRINCIPAL,
-            subject_refs=[{"kind": "crm.company", "id": "a"}, {"kind": "crm.company", "id": "b"}],
-        )
-        await asyncio.to_thread(
-            kafka.send, ready.topics.memory_write, json.dumps(two).encode(), str(ORG).encode()
-        )
-        two_answer = await asyncio.to_thread(kafka.reply, "two-refs")
-    finally:
-        await asyncio.to_thread(kafka.close)
-    assert (answer["status"], answer["reason"]) == ("refused", "invalid_input")
-    assert any("subject_key" in line for line in answer["details"])
-    assert (two_answer["status"], two_answer["reason"]) == ("refused", "invalid_input")
-    assert await admin.fetchval("SELECT count(*) FROM memories") == 0
 
 
 async def test_invalid_input_the_journal_cannot_hold_is_counted_for_health(

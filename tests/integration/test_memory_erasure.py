@@ -24,8 +24,8 @@ from contextcore.storage.provision import Login
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.context import ContextRequest, ContextSourceSpec, ContextSubject
 from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
-from tests.integration.conftest import Database
 from tests.integration.helpers import as_service_role, run, waits_on_a_lock
+from tests.services import Database
 
 pytestmark = pytest.mark.integration
 

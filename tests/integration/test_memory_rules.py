@@ -9,7 +9,7 @@ import asyncpg
 import pytest
 
 from tests.integration import memory_rules
-from tests.integration.conftest import Database
+from tests.services import Database
 
 pytestmark = pytest.mark.integration
 

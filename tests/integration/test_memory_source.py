@@ -29,7 +29,7 @@ from schemas.context import (
 )
 from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef, Written
 from tests.integration import seed
-from tests.integration.conftest import Database
+from tests.services import Database
 
 pytestmark = pytest.mark.integration
 

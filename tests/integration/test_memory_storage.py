@@ -18,8 +18,8 @@ from contextcore.memory.service import MemoryService, remember_write
 from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
-from tests.integration.conftest import Database
 from tests.integration.helpers import as_service_role
+from tests.services import Database
 
 pytestmark = pytest.mark.integration
 

@@ -31,8 +31,8 @@ from schemas.context import (
     ResourceRef,
 )
 from tests.integration import seed
-from tests.integration.conftest import Database
 from tests.integration.helpers import until
+from tests.services import Database
 
 pytestmark = pytest.mark.integration
 NOW = datetime.now(UTC)

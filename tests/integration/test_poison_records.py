@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic
 from tests.integration import seed
-from tests.integration.conftest import Config, StartConsumer
 from tests.integration.helpers import ORG, Librdkafka, read_json, request_message
+from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 

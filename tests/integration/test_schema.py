@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 
 from contextcore.storage import migrations
-from tests.integration.conftest import Database, Roles, Services, login_url
+from tests.services import Database, Roles, Services, login_url
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ from consumers.runtime.records import Position
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE
-from tests.integration.conftest import Database
 from tests.integration.helpers import free_port, until_true
+from tests.services import Database
 
 pytestmark = pytest.mark.integration
 

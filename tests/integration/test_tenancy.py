@@ -19,7 +19,7 @@ from contextcore.storage.tenancy import (
 )
 from schemas.errors import ConfigurationError
 from tests.integration import seed
-from tests.integration.conftest import Database, Roles
+from tests.services import Database, Roles
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,299 @@
+"""Each consumer's behaviour suite, run twice: in memory and against the real broker.
+
+A test of tests/behaviour/ talks to a :class:`Rig`: it starts a consumer, sends records, reads
+topics. The ``memory`` rig runs the consumer's own :class:`~consumers.runtime.app.ConsumerApp`
+in this process on a :class:`~consumers.runtime.inmemory.MemoryBroker`, its handler on the
+domain's in-memory ports (no PostgreSQL): seconds for the whole suite. The ``broker`` rig runs
+``contextcore serve <consumer>`` as its own process on the Tansu broker and PostgreSQL
+(tests/services.py), as the integration tier does; it carries the ``integration`` marker.
+The same assertions hold on both, so the in-memory run may be trusted as far as the suite goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+
+import asyncpg
+import pytest
+from aiokafka import AIOKafkaProducer
+
+from broker.settings import KafkaSettings, TopicSettings
+from consumers.build.app import create_app as build_app
+from consumers.build.handler import BuildHandler
+from consumers.build.metrics import BuildMetrics
+from consumers.build.settings import BuildSettings
+from consumers.build.sources import process_registry
+from consumers.knowledge.upload.app import create_app as upload_app
+from consumers.knowledge.upload.handler import UploadHandler
+from consumers.knowledge.upload.metrics import UploadMetrics
+from consumers.knowledge.upload.settings import UploadSettings
+from consumers.memory.app import create_app as memory_app
+from consumers.memory.handler import MemoryHandler
+from consumers.memory.metrics import MemoryMetrics
+from consumers.memory.settings import MemorySettings
+from consumers.runtime.app import ConsumerApp, OpenHandler
+from consumers.runtime.delivery import Publisher, RecordHandler
+from consumers.runtime.inmemory import MemoryBroker, MemoryStartJournal, MemoryTransport
+from consumers.runtime.journal import ServedJournal
+from consumers.runtime.metrics import RuntimeMetrics
+from contextcore.builder import DefaultContextBuilder
+from contextcore.knowledge.ingest import Ingestion
+from contextcore.memory.service import MemoryService
+from contextcore.packer import ContextPacker
+from contextcore.settings import DatabaseSettings
+from tests.behaviour.journal import DictMemoryJournal
+from tests.integration.helpers import producer, read_json
+from tests.services import Config, ConsumerProcess, StartConsumer
+from tests.unit.knowledge_fakes import LIVE, WINDOW, Objects, Sources, Words
+
+
+class Rig(Protocol):
+    topics: TopicSettings
+
+    async def start(self, consumer: str) -> None:
+        """Start ``consumer`` (build, memory, upload) and return once it is ready."""
+
+    async def stop(self, consumer: str, *, kill: bool = False) -> None:
+        """Stop ``consumer``: drained and committed, or with ``kill`` as a process that dies
+        (nothing more is committed)."""
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        """Publish one record, acknowledged."""
+
+    async def read(self, topic: str, *, until: int) -> list[dict[str, Any]]:
+        """``topic``'s records from the beginning, as JSON, once ``until`` arrived."""
+
+    async def organization(self, organization_id: uuid.UUID) -> None:
+        """Make the organization exist (the application owns that row)."""
+
+    def group(self, consumer: str) -> str:
+        """The consumer's group id."""
+
+
+def reply_topic(rig: Rig, name: str) -> str:
+    return f"{rig.topics.reply_prefix}.{name}"
+
+
+class MemoryRig:
+    """The consumers in this process, on a broker and journals in memory."""
+
+    def __init__(self) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.topics = TopicSettings.model_construct(
+            build_request=f"behaviour.{tag}.build-request",
+            memory_write=f"behaviour.{tag}.memory-write",
+            upload=f"behaviour.{tag}.upload",
+            embed=f"behaviour.{tag}.embed",
+            reply_prefix=f"behaviour.{tag}.reply",
+        )
+        self.broker = MemoryBroker()
+        self.memory_journal = DictMemoryJournal()
+        self.knowledge = Sources()
+        self.start_journal = MemoryStartJournal()  # outlives a member, as the table does
+        self._running: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
+        self._kafka = KafkaSettings.model_construct(bootstrap_servers="in-memory")
+        self._database = DatabaseSettings.model_construct(url="postgresql://unused")
+
+    def group(self, consumer: str) -> str:
+        return f"behaviour-{consumer}"
+
+    def app(self, consumer: str) -> ConsumerApp:
+        """The consumer's own app, rewired to this rig's broker, journal and handler ports."""
+        handler: OpenHandler
+        if consumer == "build":
+            declared = build_app(
+                BuildSettings.model_construct(group_id=self.group("build"), metrics_port=0),
+                self._kafka,
+                self.topics,
+                self._database,
+            )
+            handler = self._build_handler
+        elif consumer == "memory":
+            declared = memory_app(
+                MemorySettings.model_construct(group_id=self.group("memory"), metrics_port=0),
+                self._kafka,
+                self.topics,
+                self._database,
+            )
+            handler = self._memory_handler
+        elif consumer == "upload":
+            declared = upload_app(
+                UploadSettings.model_construct(group_id=self.group("upload"), metrics_port=0),
+                self._kafka,
+                self.topics,
+                self._database,
+            )
+            handler = self._upload_handler
+        else:
+            raise ValueError(f"no in-memory wiring for the {consumer} consumer")
+        return declared.replace(
+            transport=MemoryTransport(self.broker),
+            open_handler=handler,
+            open_journal=self._journal,
+        )
+
+    @asynccontextmanager
+    async def _journal(self) -> AsyncIterator[ServedJournal]:
+        yield self.start_journal
+
+    @asynccontextmanager
+    async def _build_handler(
+        self, metrics: RuntimeMetrics, _publisher: Publisher
+    ) -> AsyncIterator[RecordHandler]:
+        registry = process_registry()  # the seven sources, admitted; none is read here
+        build_metrics = BuildMetrics.create(metrics.registry)
+        build_metrics.start_at_zero(registry.names)
+        builder = DefaultContextBuilder(registry, ContextPacker(), observer=build_metrics)
+        yield BuildHandler(registry, builder, build_metrics)
+
+    @asynccontextmanager
+    async def _memory_handler(
+        self, metrics: RuntimeMetrics, _publisher: Publisher
+    ) -> AsyncIterator[RecordHandler]:
+        service = MemoryService(self.memory_journal)
+        yield MemoryHandler(service, MemoryMetrics.create(metrics.registry))
+
+    @asynccontextmanager
+    async def _upload_handler(
+        self, metrics: RuntimeMetrics, publisher: Publisher
+    ) -> AsyncIterator[RecordHandler]:
+        # the knowledge tables in a dict, objects under /docs only, a chunk per word
+        ingestion = Ingestion(self.knowledge, Objects(), Words(), {LIVE: WINDOW}.get)
+        yield UploadHandler(
+            ingestion, publisher, self.topics.embed, UploadMetrics.create(metrics.registry)
+        )
+
+    async def start(self, consumer: str) -> None:
+        app = self.app(consumer)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(app.serve(stopping), name=f"behaviour-{consumer}")
+        self._running[consumer] = (stopping, task)
+        async with asyncio.timeout(30):
+            while not app.ready():
+                if task.done():
+                    task.result()  # its error
+                    raise AssertionError(f"the {consumer} consumer stopped before it was ready")
+                await asyncio.sleep(0.01)
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        await self.broker.publish(topic, value, key=key, headers=headers)
+
+    async def read(self, topic: str, *, until: int) -> list[dict[str, Any]]:
+        records = await self.broker.wait_for(topic, until, timeout_s=60)
+        return [json.loads(record.value or b"") for record in records]
+
+    async def organization(self, organization_id: uuid.UUID) -> None:
+        pass  # the in-memory journal has no organizations table
+
+    async def stop(self, consumer: str, *, kill: bool = False) -> None:
+        stopping, task = self._running.pop(consumer)
+        if kill:  # no drain, no last commit: what was in flight is read again
+            task.cancel()
+        else:
+            stopping.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def close(self) -> None:
+        for consumer in list(self._running):
+            await self.stop(consumer)
+
+
+class BrokerRig:
+    """The consumers as ``contextcore serve`` processes on the Tansu broker and PostgreSQL."""
+
+    def __init__(
+        self,
+        config: Config,
+        start_consumer: StartConsumer,
+        admin: asyncpg.Connection,
+    ) -> None:
+        self.config = config
+        self.topics = config.topics
+        self._start_consumer = start_consumer
+        self._admin = admin
+        self._producer: AIOKafkaProducer | None = None
+        self._processes: dict[str, ConsumerProcess] = {}
+
+    def group(self, consumer: str) -> str:
+        settings = getattr(self.config, consumer)
+        group: str = settings.group_id
+        return group
+
+    async def start(self, consumer: str) -> None:
+        self._processes[consumer] = await self._start_consumer(self.config, consumer=consumer)
+
+    async def stop(self, consumer: str, *, kill: bool = False) -> None:
+        await self._processes.pop(consumer).stop(signal.SIGKILL if kill else signal.SIGTERM)
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        *,
+        key: bytes | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+    ) -> None:
+        if self._producer is None:
+            self._producer = await producer(self.config.bootstrap)
+        await self._producer.send_and_wait(topic, value, key=key, headers=list(headers))
+
+    async def read(self, topic: str, *, until: int) -> list[dict[str, Any]]:
+        return await read_json(self.config.bootstrap, topic, until=until)
+
+    async def organization(self, organization_id: uuid.UUID) -> None:
+        await self._admin.execute(
+            "INSERT INTO organizations (id, name) VALUES ($1, 'behaviour')", organization_id
+        )
+
+    async def close(self) -> None:
+        if self._producer is not None:
+            await self._producer.stop()
+
+
+@pytest.fixture(params=["memory", pytest.param("broker", marks=pytest.mark.integration)])
+def rig(request: pytest.FixtureRequest) -> Rig:
+    """The test's rig: in memory, then on the real broker."""
+    chosen: Rig = request.getfixturevalue(f"{request.param}_rig")
+    return chosen
+
+
+@pytest.fixture
+async def memory_rig() -> AsyncIterator[MemoryRig]:
+    memory = MemoryRig()
+    try:
+        yield memory
+    finally:
+        await memory.close()
+
+
+@pytest.fixture
+async def broker_rig(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> AsyncIterator[BrokerRig]:
+    broker = BrokerRig(config, start_consumer, admin)
+    try:
+        yield broker
+    finally:
+        await broker.close()

@@ -1,0 +1,171 @@
+"""The knowledge tables, an object store and a text cutter in memory: fakes of the ports of
+contextcore/knowledge/ingest.py, for Ingestion's unit tests and the upload consumer's in-memory
+behaviour run (tests/behaviour/)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from uuid import UUID
+
+from contextcore.knowledge.addresses import ObjectAddress, ObjectError, ObjectUnavailable
+from contextcore.knowledge.chunk import Chunk, ChunkSettings, Cut, ModelWindow
+from contextcore.knowledge.extract import ExtractionError, Limits, Section
+from contextcore.knowledge.ingest import NewSource, Opened
+from contextcore.knowledge.state import Accepted, SourceState, Superseded
+
+LIVE, NEXT = "small-model", "large-model"
+
+
+class Sources:
+    """The knowledge tables as a dict: a source per identity, its generations, the claimed keys
+    and the scope's models, with the rules the SQL keeps (store.py)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[UUID, SourceState] = {}
+        self.identity: dict[str, UUID] = {}
+        self.claimed: set[str] = set()
+        self.expected: dict[tuple[UUID, int], dict[str, int]] = {}
+        self.live, self.next = LIVE, None  # type: tuple[str, str | None]
+        self.calls: list[str] = []
+
+    def _opened(
+        self, claimed: bool, started: Accepted | None, source: SourceState | None
+    ) -> Opened:
+        return Opened(claimed, started, source, self.live, self.next)
+
+    def _start(self, old: SourceState, key: str, reply_to: str | None, cid: str | None, *,
+               sections: list[Section] | None) -> Accepted:  # fmt: skip
+        """The next generation of ``old``; the pending one it replaced, when its uploader waits
+        on another address."""
+        replaced = None
+        if old.status == "pending" and None not in (old.reply_to, old.correlation_id) and (
+            old.reply_to, old.correlation_id) != (reply_to, cid):  # fmt: skip
+            replaced = Superseded(old.id, old.generation + 1, old.generation, old.reply_to,
+                                  old.correlation_id)  # fmt: skip
+        self.rows[old.id] = replace(
+            old, generation=old.generation + 1, status="pending", status_reason=None,
+            reply_to=reply_to, correlation_id=cid, upload_key=key, sections=sections,
+        )  # fmt: skip
+        return Accepted(old.id, old.generation + 1, replaced)
+
+    async def open_upload(
+        self, organization_id: UUID | None, upload_key: str, new: NewSource
+    ) -> Opened:
+        self.calls.append("open_upload")
+        identity = new.uri or new.object_key
+        if upload_key in self.claimed:
+            found = self.identity.get(identity) if identity else None
+            return self._opened(False, None, None if found is None else self.rows.get(found))
+        self.claimed.add(upload_key)
+        if identity in self.identity and self.identity[identity] in self.rows:
+            old = self.rows[self.identity[identity]]
+            started = self._start(old, upload_key, new.reply_to, new.correlation_id, sections=None)
+        else:
+            source_id = uuid.uuid4()
+            if identity:
+                self.identity[identity] = source_id
+            self.rows[source_id] = SourceState(
+                id=source_id, organization_id=organization_id, title=new.title,
+                status="pending", status_reason=None, generation=1, chunk_count=None,
+                updated_at=datetime.now(UTC), reply_to=new.reply_to,
+                correlation_id=new.correlation_id, upload_key=upload_key,
+                media_type=new.media_type,
+            )  # fmt: skip
+            started = Accepted(source_id, 1, None)
+        return self._opened(True, started, self.rows[started.source_id])
+
+    async def open_reingest(
+        self, organization_id: UUID | None, key: str, source_id: UUID, *, restart: bool,
+        reply_to: str | None, correlation_id: str | None,
+    ) -> Opened:  # fmt: skip
+        self.calls.append("open_reingest")
+        claimed = key not in self.claimed
+        self.claimed.add(key)
+        started = None
+        old = self.rows.get(source_id)
+        if claimed and restart and old is not None and old.sections is not None:
+            started = self._start(old, key, reply_to, correlation_id, sections=old.sections)
+        return self._opened(claimed, started, self.rows.get(source_id))
+
+    async def source(self, organization_id: UUID | None, source_id: UUID) -> SourceState | None:
+        self.calls.append("source")
+        return self.rows.get(source_id)
+
+    async def record_text(
+        self, source: SourceState, sections: list[Section], chunk_counts: dict[str, int],
+        size_bytes: int | None,
+    ) -> SourceState | None:  # fmt: skip
+        self.calls.append("record_text")
+        current = self.rows.get(source.id)
+        if current is not None and current.generation == source.generation:
+            self.rows[source.id] = replace(current, sections=sections)
+            self.expected[source.id, source.generation] = dict(chunk_counts)
+        return self.rows.get(source.id)
+
+    async def expect_chunks(
+        self, source: SourceState, chunk_counts: dict[str, int]
+    ) -> SourceState | None:
+        self.calls.append("expect_chunks")
+        self.expected.setdefault((source.id, source.generation), {}).update(chunk_counts)
+        return self.rows.get(source.id)
+
+    async def fail(self, source: SourceState, reason: str) -> SourceState | None:
+        self.calls.append("fail")
+        current = self.rows.get(source.id)
+        pending = current is not None and current.status == "pending"
+        if current is not None and pending and current.generation == source.generation:
+            self.rows[source.id] = replace(current, status="failed", status_reason=reason)
+        return self.rows.get(source.id)
+
+
+class Objects:
+    """Objects by path; refuses paths outside ``/docs``."""
+
+    def __init__(self, files: dict[str, bytes] | None = None) -> None:
+        self.files = files or {}
+        self.down = False
+        self.reads = 0
+
+    def check(self, address: ObjectAddress, organization_id: UUID | None) -> None:
+        if not address.key.startswith("/docs/"):
+            raise ObjectError("this service does not read that path")
+
+    async def read(self, address: ObjectAddress, organization_id: UUID | None) -> bytes:
+        self.reads += 1
+        if self.down:
+            raise ObjectUnavailable("the object store did not answer")
+        if address.key not in self.files:
+            raise ObjectError("no such object")
+        return self.files[address.key]
+
+
+class Words:
+    """Cuts a document into one section, and a chunk per word per model; ``during`` runs while
+    it cuts (another upload, an admin's delete)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes | None, list[Section] | None, list[str]]] = []
+        self.during: list[object] = []
+
+    async def cut(
+        self, *, title: str, models: dict[str, ModelWindow], media_type: str = "",
+        document: bytes | None = None, sections: list[Section] | None = None,
+        limits: Limits | None = None,
+    ) -> Cut:  # fmt: skip
+        self.calls.append((document, sections, sorted(models)))
+        for step in self.during:
+            await step()  # type: ignore[operator]
+        if sections is None:
+            text = (document or b"").decode()
+            if not text.strip():
+                raise ExtractionError("the document has no text")
+            sections = [Section((title,), [text])]
+        words = [w for s in sections for p in s.paragraphs for w in p.split()]
+        chunks = [Chunk(i, title, w, 3) for i, w in enumerate(words)]
+        return Cut(sections, {model: chunks for model in models})
+
+
+WINDOW = ModelWindow(Path("/nowhere"), ChunkSettings())
