@@ -357,7 +357,9 @@ class ConsumerProcess:
         self.log_path = log_path
         self.consumer = consumer
 
-    async def wait_ready(self, timeout: float = 60.0) -> None:
+    async def wait_ready(self, timeout: float = 240.0) -> None:
+        """Until the process says it is ready, or exits (at once). The bound is generous: an
+        embedding consumer loads its model first, which takes minutes on a busy machine."""
         assert self.process.stdout is not None
         async with asyncio.timeout(timeout):
             while True:

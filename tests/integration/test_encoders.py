@@ -91,6 +91,7 @@ def test_loading_the_encoder_says_nothing(
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.timeout(600)  # 900 encodes: about 40 s on a quiet machine, minutes on a busy one
 def test_the_encoder_memory_levels_off_over_inputs_of_every_shape(encoder: Encoder) -> None:
     """Documents come in every length, and OpenVINO keeps kernels per input shape: unbounded,
     900 calls of random shapes grew this process by about 230 MB after the first 300 (and it

@@ -25,7 +25,10 @@ from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
 from tests.integration.helpers import only_encoder, producer, read_json
 from tests.services import Config, StartConsumer
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(300),  # an embedding consumer loads its model first: slow on a busy machine
+]
 
 ORG_A = uuid.UUID("6f1c2a3b-0000-4000-8000-00000000000a")
 ORG_B = uuid.UUID("6f1c2a3b-0000-4000-8000-00000000000b")
