@@ -16,6 +16,14 @@ platform document embedded under every model an organization uses, would multipl
 platform's storage and ingest by the organizations' choices.) A live model this process cannot
 encode fails the source; a flip between the read and the search is searched again, once, in
 a new transaction.
+
+The order is total: the same rows give the same hits in the same order, whatever the rows'
+physical order. ``knowledge_search`` (migration 00034) takes each scope's vector candidates by
+distance then chunk id and its lexical ones by score then chunk id, ranks documents by score
+then their first chunk's id and a document's chunks by score then id (chunks alone: by score
+then id); :func:`merge` orders two models' hits by rank, then the ranking (the organization's
+model first), then the position in it. (A tenant with an HNSW index of its own gets the index's
+approximate candidates: the same while the index is the same, not a function of the rows alone.)
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@
   kind; CLARIFICATIONS 14), through the tenancy layer's scoped read; request order is
   restored afterwards. A ref that does not resolve for the subject (another tenant's, deleted,
   missing) yields nothing.
+* The order is the request's (each ref's first occurrence), then projection order: it never
+  depends on the statement's row order, which has no ORDER BY.
 * Each non-null projected field becomes one item whose ``subject_key`` is
   ``<kind>:<id>:<column>``; the row id stays in ``ref``. ``spec.limit`` caps the items in ref
   order then projection order; 0 reads nothing, ``None`` applies no cap.

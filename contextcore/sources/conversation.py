@@ -8,6 +8,9 @@ newest reply. ``rank_in_section`` makes the kept messages render oldest to newes
 summary, which also spends first. Items carry no subject key: what the person said never wins
 or loses a dedupe. No conversation in the request: no item. ``spec.limit`` caps the messages
 (default 20); 0 reads nothing.
+
+The order is total: ``(created_at DESC, id DESC)`` (migration 00029), so messages of one moment
+are cut and rendered alike by every read of the same rows, whatever the plan.
 """
 
 from __future__ import annotations

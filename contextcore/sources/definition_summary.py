@@ -2,8 +2,9 @@
 
 Organization definitions and platform definitions (a null organization is the explicit platform
 flag), one item each, with the safe summary only: never instructions, tools or configuration.
-Organization rows come first, then platform rows, each by kind and name. ``spec.limit`` caps the
-read; 0 reads nothing.
+Organization rows come first, then platform rows, each by kind and name, then id: the order is
+total (two definitions may share a kind and a name), so the cap keeps the same ones every time.
+``spec.limit`` caps the read; 0 reads nothing.
 
 Definitions change when someone publishes one, not per turn: what a read returned is cached per
 organization and limit for 60 s (:mod:`contextcore.sources.cache`), and every write to

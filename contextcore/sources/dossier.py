@@ -4,6 +4,8 @@ Order, which is also spend order (the packer drops whole items, so a tight budge
 documents first and keeps the company): the company, the services, one item per ideal customer
 profile, one per offer, the user section, one per active document (newest first), then one item
 with the total count of documents, which does not depend on how many document items are kept.
+The order is total (migration 00029): services, profiles and offers by ``(position, name, id)``,
+documents by ``(created_at DESC, id DESC)``; every other part is one row.
 
 Options: ``include_user`` (default false; a subject with no user reads no user section) and
 ``include_documents`` (default true). ``spec.limit`` caps the document items only; a zero limit

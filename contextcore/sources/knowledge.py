@@ -7,6 +7,11 @@ reads nothing); each brings its ``chunks_per_document`` best chunks. ``results: 
 the limit count chunks instead. Each chunk is one item: title ``<section>`` (or the document's),
 body the passage, ``ref`` the chunk (``knowledge_chunk``, citable, labelled with the document's
 title), no subject key (a chunk's subject is too broad to name).
+
+The order is the search's, and it is total (:mod:`contextcore.knowledge.search`): documents by
+score, a tie by their first chunk's id, each document's chunks by score then id (``results:
+chunks``: the chunks by score then id); the candidates ranked are the same for the same rows
+(equal distances cut by chunk id, migration 00034). ``rank_in_section`` is that order.
 """
 
 from __future__ import annotations
