@@ -14,11 +14,17 @@ Invariants (``spec/context-layer.md``, "Source failure"):
   cancellation is not a source failure.
 * Observers (metrics) hear of every read with its duration and cause, and of the items the
   packer dropped; they never change the brief.
+* :meth:`DefaultContextBuilder.build_explained` builds the same brief and its manifest
+  (``schemas.context.BriefManifest``): every item with its outcome, every failed optional
+  source with its cause, the policy's fingerprint and the text's sha256. It holds nothing
+  measured, so the same request against the same rows gives the same bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import math
 import time
@@ -27,7 +33,15 @@ from typing import Literal, Protocol
 
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
-from schemas.context import ContextBrief, ContextItem, ContextPolicy, ContextRequest
+from schemas.context import (
+    BriefManifest,
+    ContextBrief,
+    ContextItem,
+    ContextPolicy,
+    ContextRequest,
+    FailedRead,
+    ReadFailure,
+)
 from schemas.context import ContextSourceSpec as Spec
 from schemas.errors import ContextcoreError, RequiredContextSourceError
 
@@ -41,6 +55,12 @@ class ContextBuilder(Protocol):
 
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief: ...
 
+    async def build_explained(
+        self, request: ContextRequest, policy: ContextPolicy
+    ) -> tuple[ContextBrief, BriefManifest]:
+        """The same brief as :meth:`build`, and its manifest (``explain: true``)."""
+        ...
+
 
 ReadCause = Literal["ok", "timeout", "error", "missing", "wrong_source"]
 """How one source read ended: items, its timeout, an exception, no such source in this process,
@@ -50,7 +70,7 @@ or an item that is not a ``ContextItem`` of that source."""
 class SourceFailure(ContextcoreError):
     """Why one source produced no items (internal to the builder)."""
 
-    def __init__(self, cause: ReadCause, message: str) -> None:
+    def __init__(self, cause: ReadFailure, message: str) -> None:
         self.cause = cause
         super().__init__(message)
 
@@ -93,6 +113,41 @@ class DefaultContextBuilder:
         self.clock = clock
 
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
+        items, failed = await self._read_all(request, policy)
+        return self.packer.pack(
+            items,
+            policy,
+            failed_sources=[read.source for read in failed],
+            on_drops=self._on_drops(),
+        )
+
+    async def build_explained(
+        self, request: ContextRequest, policy: ContextPolicy
+    ) -> tuple[ContextBrief, BriefManifest]:
+        items, failed = await self._read_all(request, policy)
+        brief, entries = self.packer.pack_explained(
+            items,
+            policy,
+            failed_sources=[read.source for read in failed],
+            on_drops=self._on_drops(),
+        )
+        manifest = BriefManifest(
+            items=entries,
+            failed_sources=failed,
+            policy_sha256=policy_fingerprint(policy),
+            brief_sha256=hashlib.sha256(brief.text.encode()).hexdigest(),
+        )
+        return brief, manifest
+
+    def _on_drops(self) -> Callable[[Mapping[tuple[str, str], int]], None] | None:
+        return None if self.observer is None else self._items_dropped
+
+    async def _read_all(
+        self, request: ContextRequest, policy: ContextPolicy
+    ) -> tuple[list[ContextItem], list[FailedRead]]:
+        """Every enabled source's items, joined in policy order, and the optional sources that
+        failed (policy order); raises :class:`RequiredContextSourceError` naming every
+        required one that failed."""
         enabled = [spec for spec in policy.sources if spec.enabled]
         reads = [  # scheduled now, all of them, before anything is awaited
             asyncio.ensure_future(self._read(self.registry.get(spec.name), request, spec))
@@ -105,7 +160,7 @@ class DefaultContextBuilder:
                 read.cancel()
             raise
         items: list[ContextItem] = []
-        failed: list[str] = []
+        failed: list[FailedRead] = []
         required: list[tuple[str, str]] = []
         for spec, result in zip(enabled, results, strict=True):
             if isinstance(result, asyncio.CancelledError):
@@ -116,13 +171,28 @@ class DefaultContextBuilder:
                 if spec.required:
                     required.append((spec.name, reason))
                 else:
-                    failed.append(spec.name)
+                    failed.append(self._failed_read(spec, result))
                 continue
             items.extend(result)
         if required:
             raise RequiredContextSourceError([n for n, _ in required], [r for _, r in required])
-        on_drops = None if self.observer is None else self._items_dropped
-        return self.packer.pack(items, policy, failed_sources=failed, on_drops=on_drops)
+        return items, failed
+
+    def _failed_read(self, spec: Spec, error: BaseException) -> FailedRead:
+        """What the manifest says of a failed read: no measured time (a rebuild gives the same
+        bytes); a timeout names the configured time box."""
+        if isinstance(error, SourceFailure):
+            return FailedRead(source=spec.name, required=spec.required, cause=error.cause)
+        if isinstance(error, TimeoutError):
+            return FailedRead(
+                source=spec.name,
+                required=spec.required,
+                cause="timeout",
+                timeout_ms=round(self.source_timeout_s * 1000),
+            )
+        return FailedRead(
+            source=spec.name, required=spec.required, cause="error", error=type(error).__name__
+        )
 
     def _items_dropped(self, drops: Mapping[tuple[str, str], int]) -> None:
         assert self.observer is not None
@@ -174,6 +244,14 @@ class DefaultContextBuilder:
             if item.source != spec.name:
                 raise SourceFailure("wrong_source", f"returned an item of source {item.source!r}")
         return list(items)
+
+
+def policy_fingerprint(policy: ContextPolicy) -> str:
+    """sha256 of the policy as canonical JSON: sorted keys, no spaces, UTF-8."""
+    canonical = json.dumps(
+        policy.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _log_failure(name: str, reason: str, required: bool) -> None:

@@ -34,10 +34,16 @@ from operator import itemgetter
 from contextcore.tokens import estimate_tokens
 from schemas.context import (
     CLASS_ORDER,
+    KEPT,
+    LOST_KEY_TO,
+    OVER_SOURCE_BUDGET,
+    OVER_TOTAL_BUDGET,
+    SOURCE_NOT_ENABLED,
     ContextBrief,
     ContextItem,
     ContextKind,
     ContextPolicy,
+    ManifestEntry,
     ResourceRef,
 )
 
@@ -109,8 +115,11 @@ NOT_ENABLED = "not_enabled"
 """Drop reason: no enabled spec names the item's source (step 1)."""
 OUTRANKED = "outranked"
 """Drop reason: an item earlier in pack order holds its subject key (step 3)."""
-OVER_BUDGET = "over_budget"
-"""Drop reason: it does not fit its source's budget or the total (step 4)."""
+OVER_SOURCE = OVER_SOURCE_BUDGET
+"""Drop reason: it does not fit what is left of its source's budget (step 4)."""
+OVER_TOTAL = OVER_TOTAL_BUDGET
+"""Drop reason: it fits its source's budget but not what is left of the total (step 4)."""
+DROP_REASONS = (NOT_ENABLED, OUTRANKED, OVER_SOURCE, OVER_TOTAL)
 
 
 class ContextPacker:
@@ -125,8 +134,33 @@ class ContextPacker:
         on_drops: Callable[[Mapping[tuple[str, str], int]], None] | None = None,
     ) -> ContextBrief:
         """The brief; ``on_drops`` (metrics) hears the dropped items by (source, reason), the
-        reasons :data:`NOT_ENABLED`, :data:`OUTRANKED` and :data:`OVER_BUDGET`. Their sum per
-        source is ``ContextBrief.dropped``."""
+        reasons of :data:`DROP_REASONS`. Their sum per source is ``ContextBrief.dropped``."""
+        return self._pack(items, policy, failed_sources, on_drops, None)
+
+    def pack_explained(
+        self,
+        items: list[ContextItem],
+        policy: ContextPolicy,
+        *,
+        failed_sources: Sequence[str] = (),
+        on_drops: Callable[[Mapping[tuple[str, str], int]], None] | None = None,
+    ) -> tuple[ContextBrief, list[ManifestEntry]]:
+        """The same brief as :meth:`pack`, and an entry for every item: kept, or why not
+        (``schemas.context.ManifestEntry``). The entries of items no enabled spec names come
+        first, by source name and then each source's order; the rest follow in pack order. Like
+        the brief, the entries do not depend on the order in which the sources answered."""
+        entries: list[ManifestEntry] = []
+        return self._pack(items, policy, failed_sources, on_drops, entries), entries
+
+    def _pack(
+        self,
+        items: list[ContextItem],
+        policy: ContextPolicy,
+        failed_sources: Sequence[str],
+        on_drops: Callable[[Mapping[tuple[str, str], int]], None] | None,
+        entries: list[ManifestEntry] | None,
+    ) -> ContextBrief:
+        """``entries``, when given, receives the manifest: the brief does not depend on it."""
         source_rank: dict[str, int] = {}
         budgets: dict[str, int] = {}
         for spec in policy.sources:
@@ -139,6 +173,7 @@ class ContextPacker:
         spent: dict[str, int] = {}
         seen_per_source: dict[str, int] = {}
         ordered: list[tuple[int, int, int, ContextItem]] = []
+        unenabled: list[tuple[str, int, ManifestEntry]] = []
         for item in items:  # 1. drop what no enabled spec names
             source = item.source
             position = seen_per_source.get(source, 0)
@@ -148,10 +183,14 @@ class ContextPacker:
             rank = source_rank.get(source)
             if rank is None:
                 _drop(dropped, reasons, source, NOT_ENABLED)
+                if entries is not None:
+                    unenabled.append((source, position, _entry(item, SOURCE_NOT_ENABLED)))
                 continue
             # (class, policy rank, place in source) is unique, so items are never compared
             ordered.append((_CLASS_RANK[item.kind], rank, position, item))
         ordered.sort()  # 2. pack order
+        if entries is not None:  # by source name, then each source's order: no answer order
+            entries.extend(entry for _, _, entry in sorted(unenabled, key=itemgetter(0, 1)))
 
         failed = [one_line(name) for name in failed_sources]
         notice = NOTICE_PREFIX + ", ".join(failed) if failed else ""
@@ -159,27 +198,38 @@ class ContextPacker:
 
         total = 0
         limit = policy.total_token_budget
-        keys: set[str] = set()
+        keys: dict[str, ContextItem] = {}  # each subject key's winner
         opened: set[ContextKind] = set()
         sections: dict[ContextKind, list[tuple[int, str, ContextItem, bool]]] = {}
         for _, _, _, item in ordered:
             key = item.subject_key
             if key:  # 3. precedence before spend; an empty key is no key
-                if key in keys:
+                winner = keys.get(key)
+                if winner is not None:
                     _drop(dropped, reasons, item.source, OUTRANKED)
+                    if entries is not None:
+                        entries.append(_entry(item, _lost_to(winner)))
                     continue
-                keys.add(key)
+                keys[key] = item
             kind, source = item.kind, item.source
             if spent[source] >= budgets[source] or total >= limit:
                 # every line costs at least one token: skip the render
-                _drop(dropped, reasons, source, OVER_BUDGET)
+                over = OVER_SOURCE if spent[source] >= budgets[source] else OVER_TOTAL
+                _drop(dropped, reasons, source, over)
+                if entries is not None:
+                    entries.append(_entry(item, over))
                 continue
             cites_ref = item.ref is not None and written_as_stored(item.ref)
             line, charge = _render(item, cites_ref)  # 4. spend
             heading = 0 if kind in opened else _HEADING_TOKENS[kind]
             if spent[source] + charge > budgets[source] or total + heading + charge > limit:
-                _drop(dropped, reasons, source, OVER_BUDGET)
+                over = OVER_SOURCE if spent[source] + charge > budgets[source] else OVER_TOTAL
+                _drop(dropped, reasons, source, over)
+                if entries is not None:
+                    entries.append(_entry(item, over))
                 continue
+            if entries is not None:
+                entries.append(_entry(item, KEPT, charge))
             opened.add(kind)
             spent[source] += charge
             total += heading + charge
@@ -219,6 +269,28 @@ def _drop(
 ) -> None:
     dropped[source] += 1
     reasons[source, reason] = reasons.get((source, reason), 0) + 1
+
+
+def _ref_text(ref: ResourceRef | None) -> str | None:
+    return None if ref is None else f"{ref.kind}:{ref.id}"
+
+
+def _entry(item: ContextItem, outcome: str, tokens: int = 0) -> ManifestEntry:
+    return ManifestEntry(
+        source=item.source,
+        kind=item.kind,
+        ref=_ref_text(item.ref),
+        subject_key=item.subject_key,
+        tokens=tokens,
+        outcome=outcome,
+    )
+
+
+def _lost_to(winner: ContextItem) -> str:
+    """``lost_key_to:<source>:<kind>:<id>``, or ``lost_key_to:<source>`` for a winner with no
+    ref."""
+    ref = _ref_text(winner.ref)
+    return f"{LOST_KEY_TO}:{winner.source}" + (f":{ref}" if ref is not None else "")
 
 
 def _section_order(page_order: Sequence[ContextKind]) -> list[ContextKind]:

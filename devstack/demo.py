@@ -31,6 +31,7 @@ from contextcore.storage.provision import Login, provision
 from devstack import demo_seed
 from devstack.stack import DevStack
 from producers.client import ContextClient
+from producers.explain import explain
 from producers.knowledge import KnowledgeClient
 from producers.memory import MemoryClient
 from schemas.context import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
@@ -174,12 +175,13 @@ async def run_demo(serve: bool) -> int:
         print("== sending a demo build request")
         started = time.perf_counter()
         async with ContextClient.from_settings(KafkaSettings(), TopicSettings()) as client:
-            reply = await client.request(request, policy, timeout=60.0)
+            reply = await client.request(request, policy, timeout=60.0, explain=True)
         print(f"== reply after {time.perf_counter() - started:.2f} s (includes the group join)")
-        if reply.brief is not None:
-            print(reply.brief.text)
+        if reply.brief is not None and reply.manifest is not None:
+            print("== the brief, and why each item is in it or not (explain: true)")
+            print(explain(reply.brief, reply.manifest))
             print("==")
-        print(json.dumps(reply.model_dump(mode="json"), indent=2))
+        print(json.dumps(reply.model_dump(mode="json", exclude={"manifest"}), indent=2))
         if serve:
             print("== serving; Ctrl-C stops the consumers (`contextcore dev down` stops the stack)")
             await consumer.wait()

@@ -226,7 +226,24 @@ BUILDS = Board(
                     ),
                 ),
                 description="not_enabled: no enabled spec names the source; outranked: a "
-                "higher item holds the subject key; over_budget: it did not fit.",
+                "higher item holds the subject key; over_source_budget: it did not fit its "
+                "source's budget; over_total_budget: it fit its source's but not the total. "
+                "A build request with explain: true lists each item and its reason.",
+            ),
+            Panel(
+                "Briefs that hit the total budget",
+                "percentunit",
+                (
+                    q(
+                        f"sum(rate(contextcore_briefs_at_total_budget_total[{RATE}])) / "
+                        "sum(rate(contextcore_build_requests_total"
+                        f'{{outcome="ok"}}[{RATE}]))',
+                        "share of ok builds",
+                    ),
+                ),
+                description="Briefs that left an item out because the total budget was full, "
+                "as a share of the briefs built: policies whose sources together want more "
+                "than the total gives them.",
             ),
             MEMORIES_DROPPED,
             Panel(

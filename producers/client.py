@@ -226,10 +226,17 @@ class ContextClient(ReplyChannel):
             future.set_result(reply)
 
     async def request(
-        self, request: ContextRequest, policy: ContextPolicy, *, timeout: float = 10.0
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        timeout: float = 10.0,
+        explain: bool = False,
     ) -> BuildReplyV1:
         """Publish one request and return its reply, brief or error, as the service sent it.
         The request's correlation id is a new one of this client's (the reply carries it).
+        With ``explain`` an ok reply carries the brief's manifest (why each item is in it or
+        not: ``BuildReplyV1.manifest``).
 
         Raises:
             ReplyTimeout: no reply within ``timeout`` seconds; a reply that comes later is
@@ -241,6 +248,7 @@ class ContextClient(ReplyChannel):
             reply_to=self.reply_topic,
             request=request,
             policy=policy,
+            explain=explain,
         )
         future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
         self._pending[envelope.correlation_id] = future

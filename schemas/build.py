@@ -18,7 +18,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas.context import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
+from schemas.context import (
+    BriefManifest,
+    ContextBrief,
+    ContextPolicy,
+    ContextRequest,
+    ResourceRef,
+)
 from schemas.envelope import Envelope
 
 SCHEMA_VERSION = 1
@@ -40,6 +46,9 @@ class BuildRequestV1(Envelope):
     resumed_after_wait: bool = False
     """The caller resumes a run after a wait: with ``policy.refresh_on_resume`` false the reply
     is ``reuse_previous`` and no brief is built (the caller keeps the one it holds)."""
+    explain: bool = False
+    """Answer with the brief's manifest too: why each item is in the brief or not (off by
+    default: the hot path builds none)."""
 
 
 class ErrorInfo(BaseModel):
@@ -62,16 +71,24 @@ class BuildReplyV1(BaseModel):
     error: ErrorInfo | None = None
     dropped_entities: int = 0
     """Malformed entries of ``request.entities`` dropped at the message boundary."""
+    manifest: BriefManifest | None = None
+    """With ``status`` ok, when the request asked for it (``explain``)."""
 
     @classmethod
     def ok(
-        cls, correlation_id: str, brief: ContextBrief, *, dropped_entities: int = 0
+        cls,
+        correlation_id: str,
+        brief: ContextBrief,
+        *,
+        dropped_entities: int = 0,
+        manifest: BriefManifest | None = None,
     ) -> BuildReplyV1:
         return cls(
             correlation_id=correlation_id,
             status="ok",
             brief=brief,
             dropped_entities=dropped_entities,
+            manifest=manifest,
         )
 
     @classmethod

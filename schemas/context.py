@@ -177,6 +177,74 @@ class ContextBrief(BaseModel):
     failed_sources: list[str]
 
 
+KEPT = "kept"
+"""A manifest entry's outcome for an item the brief holds."""
+SOURCE_NOT_ENABLED = "source_not_enabled"
+"""Dropped: no enabled spec of the policy names the item's source (the packer's step 1)."""
+LOST_KEY_TO = "lost_key_to"
+"""Dropped: an item earlier in pack order holds its subject key (step 3); the outcome reads
+``lost_key_to:<source>:<kind>:<id>``, naming the winner (``lost_key_to:<source>`` when the winner
+has no ref)."""
+OVER_SOURCE_BUDGET = "over_source_budget"
+"""Dropped: its charge does not fit what is left of its source's ``token_budget`` (step 4)."""
+OVER_TOTAL_BUDGET = "over_total_budget"
+"""Dropped: it fits its source's budget, but not what is left of the total (step 4)."""
+
+ReadFailure = Literal["timeout", "error", "missing", "wrong_source"]
+"""How a source read failed: its timeout, an exception, no such source in the process, or an
+item that is not a ``ContextItem`` of that source."""
+
+
+class ManifestEntry(BaseModel):
+    """One item a source returned, and what the packer did with it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    kind: ContextKind
+    ref: str | None
+    """``<kind>:<id>`` as the source gave it, written as stored or not."""
+    subject_key: str | None
+    tokens: int
+    """What the item was charged against its source's budget (its section heading is charged
+    to the total only): 0 for a dropped item. A source's kept entries add up to its
+    ``per_source_tokens``."""
+    outcome: str
+    """:data:`KEPT`, or why it was dropped: :data:`SOURCE_NOT_ENABLED`, ``lost_key_to:…``,
+    :data:`OVER_SOURCE_BUDGET`, :data:`OVER_TOTAL_BUDGET`."""
+
+
+class FailedRead(BaseModel):
+    """One enabled source that gave no items."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    source: str
+    required: bool
+    cause: ReadFailure
+    timeout_ms: int | None = None
+    """The read's time box, for ``timeout`` (the configured one: a manifest holds no measured
+    time, so a rebuild gives the same bytes)."""
+    error: str | None = None
+    """The exception's class, for ``error``."""
+
+
+class BriefManifest(BaseModel):
+    """Why the brief holds what it holds: every item the sources returned with its outcome, in
+    pack order (the items of a source no spec enables first, in the order they came), the
+    sources that failed in policy order, the policy's fingerprint and the digest of the text."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    items: list[ManifestEntry]
+    failed_sources: list[FailedRead]
+    policy_sha256: str
+    """sha256 of the policy as canonical JSON (sorted keys, no spaces): one policy, one value
+    whatever the order of its JSON keys."""
+    brief_sha256: str
+    """sha256 of the brief's text in UTF-8: what the model was given."""
+
+
 def make_subject_key(ref: ResourceRef | None, attribute: str | None) -> str | None:
     """``<entity kind>:<entity id>:<attribute>``, or ``None`` when the ref or attribute is missing.
 

@@ -113,8 +113,14 @@ class BuildHandler:
             )
         if envelope.resumed_after_wait and not envelope.policy.refresh_on_resume:
             return BuildReplyV1(correlation_id=correlation_id, status="reuse_previous")
+        manifest = None
         try:
-            brief = await self.builder.build(envelope.request, envelope.policy)
+            if envelope.explain:
+                brief, manifest = await self.builder.build_explained(
+                    envelope.request, envelope.policy
+                )
+            else:
+                brief = await self.builder.build(envelope.request, envelope.policy)
         except RequiredContextSourceError as error:
             return BuildReplyV1.failed(
                 correlation_id,
@@ -136,7 +142,7 @@ class BuildHandler:
                 ),
             )
         self.metrics.brief(brief)
-        return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped)
+        return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped, manifest=manifest)
 
     def farewell(self, record: Inbound, reason: str) -> Reply | None:
         """An ``internal_error`` reply for a request the runtime gave up on."""

@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from consumers.runtime.metrics import STAGE_BUCKETS
 from contextcore.builder import ReadCause
-from contextcore.packer import NOT_ENABLED, OUTRANKED, OVER_BUDGET
+from contextcore.packer import DROP_REASONS, OVER_TOTAL
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.context import ContextBrief
 
@@ -82,6 +82,7 @@ class BuildMetrics:
     brief_tokens: Histogram
     source_tokens: Counter
     dropped_items: Counter
+    briefs_at_total: Counter
     memories_dropped: Counter
 
     @classmethod
@@ -123,8 +124,14 @@ class BuildMetrics:
             dropped_items=Counter(
                 "contextcore_items_dropped_total",
                 "Items a source returned that the packer left out of the brief, by source and "
-                "reason (not_enabled, outranked, over_budget).",
+                "reason (not_enabled, outranked, over_source_budget, over_total_budget).",
                 ["source", "reason"],
+                registry=registry,
+            ),
+            briefs_at_total=Counter(
+                "contextcore_briefs_at_total_budget_total",
+                "Briefs that left at least one item out because the total budget was full "
+                "(their share of the ok builds: how often policies run out of total).",
                 registry=registry,
             ),
             memories_dropped=Counter(
@@ -145,7 +152,7 @@ class BuildMetrics:
             for cause in (c for c in get_args(ReadCause) if c != "ok"):
                 for required in ("true", "false"):
                     self.source_failures.labels(source, cause, required)
-            for reason in (NOT_ENABLED, OUTRANKED, OVER_BUDGET):
+            for reason in DROP_REASONS:
                 self.dropped_items.labels(source, reason)
         for reason in ("malformed_ref", "unknown_kind", "unresolved_ref"):
             self.memories_dropped.labels(reason)
@@ -166,8 +173,11 @@ class BuildMetrics:
             self.source_failures.labels(source, cause, "true" if required else "false").inc()
 
     def items_dropped(self, drops: Mapping[tuple[str, str], int]) -> None:
+        """One brief's drops (the builder calls this at most once per brief)."""
         for (source, reason), count in drops.items():
             self.dropped_items.labels(source, reason).inc(count)
+        if any(reason == OVER_TOTAL for _, reason in drops):
+            self.briefs_at_total.inc()
 
     def brief(self, brief: ContextBrief) -> None:
         """What one brief spent."""

@@ -16,7 +16,7 @@ from contextcore.builder import ContextBuilder, DefaultContextBuilder
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
 from schemas.build import BuildReplyV1, ErrorInfo, parse_build_request
-from schemas.context import ContextBrief, ContextPolicy, ContextRequest, ResourceRef
+from schemas.context import BriefManifest, ContextBrief, ContextPolicy, ContextRequest, ResourceRef
 from schemas.envelope import reply_address
 from tests.unit.fakes import StaticSource, item
 
@@ -142,6 +142,11 @@ async def test_invalid_request_with_an_address_gets_an_error_reply() -> None:
 async def test_a_builder_that_raises_becomes_an_internal_error_reply() -> None:
     class Broken:
         async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
+            raise RuntimeError("boom")
+
+        async def build_explained(
+            self, request: ContextRequest, policy: ContextPolicy
+        ) -> tuple[ContextBrief, BriefManifest]:
             raise RuntimeError("boom")
 
     registry, _ = service()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import uuid
 from collections.abc import Mapping
@@ -10,10 +11,15 @@ from typing import Any
 
 import pytest
 
-from contextcore.builder import DefaultContextBuilder, ReadCause, RequiredContextSourceError
+from contextcore.builder import (
+    DefaultContextBuilder,
+    ReadCause,
+    RequiredContextSourceError,
+    policy_fingerprint,
+)
 from contextcore.packer import NOTICE_PREFIX, ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
-from schemas.context import ContextPolicy, ContextRequest, ContextSubject
+from schemas.context import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
 from tests.unit.fakes import StaticSource, item
 
 REQUEST = ContextRequest(
@@ -238,7 +244,7 @@ async def test_the_observer_hears_every_read_with_its_cause_and_every_drop() -> 
         "gone": ("missing", False),
     }
     assert all(seconds >= 1 for _, seconds, _, _ in observer.reads)  # the clock ticked per read
-    assert observer.drops == [{("ok", "over_budget"): 1}]
+    assert observer.drops == [{("ok", "over_source_budget"): 1}]
     assert brief.dropped == {"ok": 1}
 
 
@@ -274,3 +280,49 @@ async def test_an_observer_that_raises_changes_no_brief() -> None:
     ).build(REQUEST, policy({"name": "ok"}))
     assert observed == plain
     assert observed.failed_sources == []
+
+
+async def test_an_explained_build_is_the_same_brief_with_every_item_and_failure_accounted() -> None:
+    company = ResourceRef(kind="crm.company", id="c1")
+    sources = [
+        StaticSource("app", [item("app", body="Acme", key="crm.company:c1:name", ref=company)]),
+        StaticSource("dossier", [item("dossier", "dossier", key="crm.company:c1:name")]),
+        StaticSource("broken", error=RuntimeError("db down")),
+        StaticSource("slow", delay=5),
+        StaticSource("liar", [item("someone_else")]),
+    ]
+    chosen = policy(
+        {"name": "app"},
+        {"name": "dossier"},
+        {"name": "broken", "required": False},
+        {"name": "slow", "required": False},
+        {"name": "liar", "required": False},
+        {"name": "gone", "required": False},
+    )
+    built = builder(*sources, timeout=0.05)
+    brief, manifest = await built.build_explained(REQUEST, chosen)
+
+    assert brief == await built.build(REQUEST, chosen)
+    assert [(e.source, e.ref, e.tokens > 0, e.outcome) for e in manifest.items] == [
+        ("app", "crm.company:c1", True, "kept"),
+        ("dossier", None, False, "lost_key_to:app:crm.company:c1"),
+    ]
+    assert [(f.source, f.cause, f.timeout_ms, f.error) for f in manifest.failed_sources] == [
+        ("broken", "error", None, "RuntimeError"),
+        ("slow", "timeout", 50, None),
+        ("liar", "wrong_source", None, None),
+        ("gone", "missing", None, None),
+    ]
+    assert manifest.brief_sha256 == hashlib.sha256(brief.text.encode()).hexdigest()
+    assert manifest.policy_sha256 == policy_fingerprint(chosen)
+
+
+def test_a_policys_fingerprint_does_not_depend_on_the_order_of_its_json_keys() -> None:
+    spec = {"name": "app", "token_budget": 10, "options": {"a": 1, "b": 2}}
+    one = ContextPolicy.model_validate({"total_token_budget": 10, "sources": [spec]})
+    flipped = {"options": {"b": 2, "a": 1}, "token_budget": 10, "name": "app"}
+    other = ContextPolicy.model_validate({"sources": [flipped], "total_token_budget": 10})
+    assert policy_fingerprint(one) == policy_fingerprint(other)
+    assert policy_fingerprint(one) != policy_fingerprint(
+        one.model_copy(update={"total_token_budget": 11})
+    )

@@ -39,7 +39,7 @@ def build() -> CollectorRegistry:
     build.requests.labels("ok").inc()
     build.source_read("dossier", 0.002, "ok", False)
     build.source_read("knowledge", 1.0, "timeout", True)
-    build.items_dropped({("dossier", "over_budget"): 2})
+    build.items_dropped({("dossier", "over_total_budget"): 2})
     build.brief(
         ContextBrief(
             text="x",

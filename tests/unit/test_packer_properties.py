@@ -10,15 +10,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextcore.packer import (
+    DROP_REASONS,
     NOT_ENABLED,
     NOTICE_PREFIX,
     OUTRANKED,
-    OVER_BUDGET,
     SECTION_HEADINGS,
     ContextPacker,
 )
 from contextcore.tokens import estimate_tokens
-from schemas.context import CLASS_ORDER, ContextItem, ContextPolicy, ContextSourceSpec
+from schemas.context import (
+    CLASS_ORDER,
+    ContextItem,
+    ContextPolicy,
+    ContextSourceSpec,
+    ResourceRef,
+)
 
 SOURCES = [f"s{i}" for i in range(4)]
 text = st.text(
@@ -32,6 +38,12 @@ items = st.lists(
         title=text,
         body=text,
         subject_key=st.one_of(st.none(), st.sampled_from(["", "k:1:a", "k:1:b", "k:2:a"])),
+        ref=st.one_of(
+            st.none(),
+            st.builds(
+                ResourceRef, kind=st.sampled_from(["crm.company", "a b"]), id=st.sampled_from("12")
+            ),
+        ),
         tokens=st.integers(0, 30),
         rank_in_section=st.integers(-2, 2),
     ),
@@ -101,11 +113,78 @@ def test_the_drop_reasons_add_up_to_the_dropped_counts(
     by_source: Counter[str] = Counter()
     for drops in heard:
         for (source, reason), count in drops.items():
-            assert reason in (NOT_ENABLED, OUTRANKED, OVER_BUDGET)
+            assert reason in DROP_REASONS
             assert count > 0
             by_source[source] += count
     assert len(heard) <= 1
     assert by_source == Counter({s: n for s, n in brief.dropped.items() if n})
+
+
+def _reason_of(outcome: str) -> str:
+    """The metric's reason for a manifest outcome."""
+    if outcome == "source_not_enabled":
+        return NOT_ENABLED
+    if outcome.startswith("lost_key_to:"):
+        return OUTRANKED
+    return outcome
+
+
+@settings(max_examples=150, deadline=None)
+@given(items, policies, failed, st.integers())
+def test_the_manifest_accounts_for_every_item_as_the_brief_counts_it(
+    batch: list[ContextItem], policy: ContextPolicy, failures: list[str], seed: int
+) -> None:
+    packer = ContextPacker()
+    heard: list[Mapping[tuple[str, str], int]] = []
+    brief, entries = packer.pack_explained(
+        batch, policy, failed_sources=failures, on_drops=heard.append
+    )
+    assert brief == packer.pack(batch, policy, failed_sources=failures)
+    # one entry per item
+    assert Counter((e.source, e.kind, e.subject_key) for e in entries) == Counter(
+        (i.source, i.kind, i.subject_key) for i in batch
+    )
+    # the counts of the brief: dropped per source, tokens per source, the reasons heard
+    kept = [e for e in entries if e.outcome == "kept"]
+    assert Counter(e.source for e in entries if e.outcome != "kept") == Counter(
+        {s: n for s, n in brief.dropped.items() if n}
+    )
+    spent: Counter[str] = Counter()
+    for entry in kept:
+        spent[entry.source] += entry.tokens
+    assert spent == Counter({s: n for s, n in brief.per_source_tokens.items() if n})
+    assert all(e.tokens == 0 for e in entries if e.outcome != "kept")
+    reasons = Counter((e.source, _reason_of(e.outcome)) for e in entries if e.outcome != "kept")
+    assert reasons == Counter(heard[0] if heard else {})
+    # a loser names the item that holds its key, and that item came earlier in pack order
+    for place, entry in enumerate(entries):
+        if entry.outcome.startswith("lost_key_to:"):
+            winner = entry.outcome.removeprefix("lost_key_to:")
+            assert any(
+                f"{e.source}:{e.ref}".removesuffix(":None") == winner
+                and e.subject_key == entry.subject_key
+                for e in entries[:place]
+            )
+    # the manifest, like the brief, does not depend on the order the sources answered
+    assert packer.pack_explained(interleave(batch, seed), policy, failed_sources=failures)[1] == (
+        entries
+    )
+
+
+@settings(max_examples=100, deadline=None)
+@given(items, policies)
+def test_an_item_is_over_the_total_only_when_the_total_binds_and_over_its_source_likewise(
+    batch: list[ContextItem], policy: ContextPolicy
+) -> None:
+    packer = ContextPacker()
+    roomy_total = policy.model_copy(update={"total_token_budget": 10**6})
+    _, entries = packer.pack_explained(batch, roomy_total)
+    assert "over_total_budget" not in {e.outcome for e in entries}
+    roomy_sources = policy.model_copy(
+        update={"sources": [s.model_copy(update={"token_budget": 10**6}) for s in policy.sources]}
+    )
+    _, entries = packer.pack_explained(batch, roomy_sources)
+    assert "over_source_budget" not in {e.outcome for e in entries}
 
 
 @settings(max_examples=300, deadline=None)
