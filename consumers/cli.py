@@ -11,6 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
+from consumers.runtime import logs
 from schemas.errors import EXIT_USAGE, command_parser, run_command
 
 CONSUMERS = ("build", "memory", "upload", "embed", "sweep")
@@ -72,9 +73,7 @@ def serve(argv: list[str]) -> int:
     parser = command_parser("serve", SERVE, "contextcore serve build")
     parser.add_argument("consumer", choices=CONSUMERS)
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logs.configure(logging.WARNING)  # JSON lines unless stderr is a terminal
     return run_command("contextcore serve", lambda: _serve(args.consumer))
 
 

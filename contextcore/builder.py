@@ -31,6 +31,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Literal, Protocol
 
+from opentelemetry import trace
+from opentelemetry.trace import Span, StatusCode
+
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
 from schemas.context import (
@@ -46,6 +49,9 @@ from schemas.context import ContextSourceSpec as Spec
 from schemas.errors import ContextcoreError, RequiredContextSourceError
 
 log = logging.getLogger("contextcore.builder")
+_tracer = trace.get_tracer("contextcore.builder")
+"""Each source read is a span (its outcome an attribute), and so is the packer: children of the
+span current when :meth:`DefaultContextBuilder.build` is called (a consumer's record's)."""
 
 __all__ = ["ContextBuilder", "DefaultContextBuilder", "RequiredContextSourceError"]
 
@@ -114,23 +120,25 @@ class DefaultContextBuilder:
 
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
         items, failed = await self._read_all(request, policy)
-        return self.packer.pack(
-            items,
-            policy,
-            failed_sources=[read.source for read in failed],
-            on_drops=self._on_drops(),
-        )
+        with _tracer.start_as_current_span("pack"):
+            return self.packer.pack(
+                items,
+                policy,
+                failed_sources=[read.source for read in failed],
+                on_drops=self._on_drops(),
+            )
 
     async def build_explained(
         self, request: ContextRequest, policy: ContextPolicy
     ) -> tuple[ContextBrief, BriefManifest]:
         items, failed = await self._read_all(request, policy)
-        brief, entries = self.packer.pack_explained(
-            items,
-            policy,
-            failed_sources=[read.source for read in failed],
-            on_drops=self._on_drops(),
-        )
+        with _tracer.start_as_current_span("pack", attributes={"contextcore.explain": True}):
+            brief, entries = self.packer.pack_explained(
+                items,
+                policy,
+                failed_sources=[read.source for read in failed],
+                on_drops=self._on_drops(),
+            )
         manifest = BriefManifest(
             items=entries,
             failed_sources=failed,
@@ -204,11 +212,22 @@ class DefaultContextBuilder:
     async def _read(
         self, source: ContextSource | None, request: ContextRequest, spec: Spec
     ) -> list[ContextItem]:
+        with _tracer.start_as_current_span(
+            f"source {spec.name}", record_exception=False, set_status_on_exception=False
+        ) as span:
+            return await self._timed_read(source, request, spec, span)
+
+    async def _timed_read(
+        self, source: ContextSource | None, request: ContextRequest, spec: Spec, span: Span
+    ) -> list[ContextItem]:
+        """The read, its outcome told to the observer and to its span."""
         started = self.clock()
         cause: ReadCause | None = "error"
         try:
             items = await self._checked_read(source, request, spec)
             cause = "ok"
+            if span.is_recording():
+                span.set_attribute("contextcore.items", len(items))
             return items
         except SourceFailure as failure:
             cause = failure.cause
@@ -220,6 +239,13 @@ class DefaultContextBuilder:
             cause = None  # cancelled from outside: not a read that ended
             raise
         finally:
+            if cause is not None and span.is_recording():
+                span.set_attributes(
+                    {"contextcore.source": spec.name, "contextcore.required": spec.required}
+                )
+                span.set_attribute("contextcore.outcome", cause)
+                if cause != "ok":
+                    span.set_status(StatusCode.ERROR, cause)
             if self.observer is not None and cause is not None:
                 try:
                     seconds = self.clock() - started

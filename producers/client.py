@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import TopicSpec, delete_topics, ensure_topics, reach
+from broker.tracing import trace_headers
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 from schemas.context import ContextBrief, ContextPolicy, ContextRequest
 from schemas.errors import (
@@ -174,7 +175,8 @@ class ReplyChannel:
             self._on_reply(record.value or b"", record.offset)
 
     async def _send(self, topic: str, value: bytes, key: bytes) -> None:
-        """Publish one request, at most ``max_in_flight`` at a time.
+        """Publish one request, at most ``max_in_flight`` at a time, with the current span's
+        trace context in its headers (broker/tracing.py; none without a span).
 
         Raises:
             PublishFailed: the broker did not take it within ``send_timeout_s`` or refused it.
@@ -184,7 +186,9 @@ class ReplyChannel:
         async with self._in_flight:
             try:
                 async with asyncio.timeout(self._send_timeout_s + 5):
-                    await self._producer.send_and_wait(topic, value, key=key)
+                    await self._producer.send_and_wait(
+                        topic, value, key=key, headers=trace_headers()
+                    )
             except (KafkaError, TimeoutError) as error:
                 raise PublishFailed(
                     f"the broker did not take the request on {topic} within"

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from consumers.build.metrics import BuildMetrics
 from consumers.runtime.decoding import decode_request
+from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
 from contextcore.builder import ContextBuilder
 from contextcore.registry import ContextSourceRegistry
@@ -81,6 +82,7 @@ class BuildHandler:
             self._count(decoded)
             return decoded
         envelope, dropped = decoded
+        bind_correlation_id(envelope.correlation_id)  # this record's log lines name it
         with watch.stage("build"):
             reply = await self.answer(envelope, dropped)
         self.metrics.requests.labels(outcome=reply.status).inc()

@@ -17,6 +17,7 @@ from uuid import UUID
 
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.decoding import decode_request
+from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
 from contextcore.memory.service import MemoryContention, MemoryService
 from contextcore.refs import parse_uuid
@@ -38,7 +39,9 @@ class MemoryHandler:
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
             call = self.decode(record.value)
-        if not isinstance(call, RememberV1 | ForgetV1):
+        if isinstance(call, RememberV1 | ForgetV1):
+            bind_correlation_id(call.correlation_id)  # this record's log lines name it
+        else:
             if isinstance(call, Reply) and (named := named_organization(record.value)):
                 await self._count_refusal(*named)  # answered invalid_input
             return call

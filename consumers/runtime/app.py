@@ -36,6 +36,7 @@ from pydantic import BaseModel
 
 from broker.settings import KafkaSettings
 from broker.topics import TopicSpec
+from consumers.runtime import tracing
 from consumers.runtime.asyncapi import Channel, Declaration
 from consumers.runtime.decoding import DEAD_LETTER_CAUSES
 from consumers.runtime.delivery import Delivery, Health, Publisher, RecordHandler
@@ -118,7 +119,9 @@ class ConsumerApp:
         return ConsumerApp(**{**self._arguments, **changes})
 
     async def run(self) -> None:
-        """Serve until SIGTERM or SIGINT, then drain and leave the group."""
+        """Serve until SIGTERM or SIGINT, then drain and leave the group; spans go over OTLP
+        when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (consumers/runtime/tracing.py)."""
+        exporting = tracing.export_from_environment(self.name)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = (signal.SIGTERM, signal.SIGINT)
@@ -129,6 +132,7 @@ class ConsumerApp:
         finally:
             for signum in signals:
                 loop.remove_signal_handler(signum)
+            exporting.shutdown()
 
     async def serve(self, stopping: asyncio.Event) -> None:
         """Start, fetch and deliver until ``stopping`` is set, then drain: fetch nothing more,

@@ -48,10 +48,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from opentelemetry.trace import StatusCode
 from prometheus_client import Histogram
 from pydantic import BaseModel
 
 from broker.topics import dead_letter_topic
+from broker.tracing import trace_headers
+from consumers.runtime import logs, tracing
 from consumers.runtime.gate import SoloGate
 from consumers.runtime.journal import NoJournal, StartJournal
 from consumers.runtime.letters import dead_letter
@@ -323,6 +326,7 @@ class Delivery:
 
     async def _run(self, record: Inbound, tracker: PartitionTracker) -> None:
         started = self.clock()
+        logs.about_record(record.position)  # this task's log lines name the record
         try:
             await self._deliver(record, tracker)
         except asyncio.CancelledError:
@@ -384,16 +388,23 @@ class Delivery:
             await self.journal.solo_finished(record.position)
 
     async def _settle(self, record: Inbound) -> None:
-        """Handle ``record`` and publish its outcome."""
+        """Handle ``record`` and publish its outcome, inside the record's span (its trace is
+        the one its ``traceparent`` names; consumers/runtime/tracing.py)."""
         watch = Stopwatch()
-        outcome = await self._handle(record, watch)
-        if isinstance(outcome, Reply):
-            outcome = await self._reply(outcome, watch)
-        if isinstance(outcome, Retry):
-            outcome = await self._retry(record, outcome)
-        if isinstance(outcome, DeadLetter):
-            await self._give_up(record, outcome)
-        self._outcomes[_label(outcome)].inc()
+        with tracing.consuming(record, self.settings.group_id) as span:
+            outcome = await self._handle(record, watch)
+            if isinstance(outcome, Reply):
+                outcome = await self._reply(outcome, watch)
+            if isinstance(outcome, Retry):
+                outcome = await self._retry(record, outcome)
+            if isinstance(outcome, DeadLetter):
+                await self._give_up(record, outcome)
+            label = _label(outcome)
+            if span.is_recording():
+                span.set_attribute("contextcore.outcome", label)
+                if isinstance(outcome, Retry | DeadLetter):
+                    span.set_status(StatusCode.ERROR, f"{label}: {outcome.cause}")
+        self._outcomes[label].inc()
         for stage, seconds in watch.laps.items():
             self._stage(stage).observe(seconds)
 
@@ -488,6 +499,7 @@ class Delivery:
             headers=[
                 ("content-type", b"application/json"),
                 ("correlation_id", reply.correlation_id.encode()),
+                *trace_headers(),  # the record's span: the caller's trace continues
             ],
         )
 

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import logging
 
+from broker.tracing import trace_headers
 from consumers.knowledge.replies import rejected, reply, status_of, superseded
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.delivery import Publisher, PublishError
+from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import (
     DeadLetter,
     Done,
@@ -71,6 +73,8 @@ class UploadHandler:
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
             decoded = self.decode(record.value)
+        if isinstance(decoded, ReingestRequestV1 | UploadRequestV1) and decoded.correlation_id:
+            bind_correlation_id(decoded.correlation_id)  # this record's log lines name it
         if isinstance(decoded, ReingestRequestV1):
             return await self.reingest(decoded, watch)
         if not isinstance(decoded, UploadRequestV1):
@@ -156,6 +160,7 @@ class UploadHandler:
                 headers=[
                     ("content-type", b"application/json"),
                     ("correlation_id", replaced.correlation_id.encode()),
+                    *trace_headers(),
                 ],
             )
         except PublishError as error:
@@ -175,7 +180,8 @@ class UploadHandler:
             self.embed_topic,
             message.model_dump_json().encode(),
             key=str(batch.source_id).encode(),
-            headers=[("content-type", b"application/json")],
+            # the upload's span: the embedding group continues its trace, to the last batch
+            headers=[("content-type", b"application/json"), *trace_headers()],
         )
 
     def farewell(self, record: Inbound, reason: str) -> Reply | None:
