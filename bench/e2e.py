@@ -413,8 +413,11 @@ def request_maker(
     """Requests for random seeded organizations: ``typical`` (two refs, the demo's policy),
     ``heavy`` (ten refs, the policy of bench/sources.py), ``full`` (the typical turn with a
     question, all seven sources, on the tenant with documents and memories), or ``empty`` (no
-    source: the transport alone)."""
+    source: the transport alone). ``+explain`` (``typical+explain``) asks each for its manifest
+    (``explain: true``)."""
     rng = random.Random(11)
+    workload, _, flag = workload.partition("+")
+    explain = flag == "explain"
     policies = {"typical": TYPICAL_POLICY, "heavy": POLICY, "full": FULL_POLICY}
     policy = policies[workload].model_dump(mode="json") if workload in policies else {"sources": []}
 
@@ -439,6 +442,8 @@ def request_maker(
             "request": request,
             "policy": policy,
         }
+        if explain:
+            message["explain"] = True
         return json.dumps(message).encode()
 
     return make
@@ -662,7 +667,7 @@ def main() -> None:
         type=lambda s: s.split(","),
         default=["empty", "typical"],
         help="measured one after the other in this run, each against the first (the transport "
-        "alone, 'empty'): typical, heavy, full",
+        "alone, 'empty'): typical, heavy, full; a +explain suffix asks for the manifest",
     )
     parser.add_argument(
         "--fetch-wait-ms",
