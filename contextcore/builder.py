@@ -34,6 +34,7 @@ from typing import Literal, Protocol
 from opentelemetry import trace
 from opentelemetry.trace import Span, StatusCode
 
+from contextcore import tracing
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSource, ContextSourceRegistry
 from schemas.context import (
@@ -120,7 +121,7 @@ class DefaultContextBuilder:
 
     async def build(self, request: ContextRequest, policy: ContextPolicy) -> ContextBrief:
         items, failed = await self._read_all(request, policy)
-        with _tracer.start_as_current_span("pack"):
+        with tracing.span(_tracer, "pack"):
             return self.packer.pack(
                 items,
                 policy,
@@ -132,7 +133,7 @@ class DefaultContextBuilder:
         self, request: ContextRequest, policy: ContextPolicy
     ) -> tuple[ContextBrief, BriefManifest]:
         items, failed = await self._read_all(request, policy)
-        with _tracer.start_as_current_span("pack", attributes={"contextcore.explain": True}):
+        with tracing.span(_tracer, "pack", attributes={"contextcore.explain": True}):
             brief, entries = self.packer.pack_explained(
                 items,
                 policy,
@@ -212,10 +213,13 @@ class DefaultContextBuilder:
     async def _read(
         self, source: ContextSource | None, request: ContextRequest, spec: Spec
     ) -> list[ContextItem]:
-        with _tracer.start_as_current_span(
-            f"source {spec.name}", record_exception=False, set_status_on_exception=False
-        ) as span:
-            return await self._timed_read(source, request, spec, span)
+        with tracing.span(
+            _tracer,
+            f"source {spec.name}",
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as current:
+            return await self._timed_read(source, request, spec, current)
 
     async def _timed_read(
         self, source: ContextSource | None, request: ContextRequest, spec: Spec, span: Span

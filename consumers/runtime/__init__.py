@@ -13,6 +13,8 @@ drains what is in flight. ``docs/delivery.md`` explains every choice.
     kafka.py     their aiokafka adapters: transport, source, publisher, committer
     inmemory.py  their in-memory adapters: a broker of this process (the behaviour suites)
     health.py    /metrics, /healthz (a stuck partition is not live), /readyz
+    tracing.py   each record's span, continuing its caller's trace; OTLP export on demand
+    logs.py      JSON log lines naming the record, its correlation id and its trace
     metrics.py   the runtime's Prometheus series
     app.py       a consumer's process: the fetch loop, the lifecycle, wired to the above
 """

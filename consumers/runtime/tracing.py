@@ -17,20 +17,43 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span, SpanKind
+from opentelemetry.trace import INVALID_SPAN, Span, SpanKind
 
 from broker.tracing import context_of
 from consumers.runtime.records import Inbound
+from contextcore.tracing import NO_SPAN, recording
 
 _tracer = trace.get_tracer("contextcore.consumer")
 
 
+def consuming(record: Inbound, group: str) -> AbstractContextManager[Span]:
+    """The span of one record's handling and its outcome's publishing, as the current span.
+
+    While nothing records spans, no span is made (at no cost); a record that carries a caller's
+    trace context still passes it on: it is current meanwhile, so the reply, the batches it
+    hands on and its log lines name the caller's trace."""
+    if recording():
+        return _recorded(record, group)
+    if any(name == "traceparent" for name, _ in record.headers):
+        return _passed_on(record)
+    return NO_SPAN
+
+
 @contextmanager
-def consuming(record: Inbound, group: str) -> Iterator[Span]:
-    """The span of one record's handling and its outcome's publishing, as the current span."""
+def _passed_on(record: Inbound) -> Iterator[Span]:
+    token = otel_context.attach(context_of(record.headers) or otel_context.Context())
+    try:
+        yield INVALID_SPAN
+    finally:
+        otel_context.detach(token)
+
+
+@contextmanager
+def _recorded(record: Inbound, group: str) -> Iterator[Span]:
     with _tracer.start_as_current_span(
         f"{record.topic} process",
         context=context_of(record.headers),

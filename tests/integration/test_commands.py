@@ -46,6 +46,10 @@ async def test_demo_applies_the_schema_starts_the_consumers_and_prints_the_reply
     ):
         assert heading in text  # every source answered from the seeded demo rows
     assert "lifecycle_stage: customer" in text
+    # the demo asks for the manifest and prints it (explain: true): the kept items first
+    table = out[out.index("\nitems: ") + 1 :].splitlines()
+    assert table[1].split()[:4] == ["outcome", "source", "class", "tokens"]
+    assert table[2].startswith("kept ")
     assert "Acme account handbook (organization): ready, 2 chunk(s)" in out
     assert "CRM basics (platform): ready, 1 chunk(s)" in out
     assert "Tuesday mornings" in text  # the organization's document answers the question
@@ -96,6 +100,13 @@ async def test_build_cli_publishes_json_files_and_prints_the_reply(
     reply = json.loads(out)
     assert reply["status"] == "ok"
     assert reply["brief"]["items"] == []
+    code, out, err = await run(
+        cli, "--bootstrap-servers", config.bootstrap, "build", str(request), str(policy),
+        "--explain", "--timeout", "60", env=bare,
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("brief: 0 tokens, sha256 e3b0c44298fc1c149afbf4c8996fb924")  # of ""
+    assert "items: 0 kept, 0 dropped" in out
 
     nobody = f"127.0.0.1:{free_port()}"
     code, out, err = await run(

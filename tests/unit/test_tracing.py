@@ -8,10 +8,13 @@ import json
 import logging
 import uuid
 
+import pytest
 from opentelemetry import trace
 
 from broker.tracing import context_of, trace_headers
 from consumers.runtime import logs
+from consumers.runtime import tracing as runtime_tracing
+from consumers.runtime.records import Inbound
 from contextcore.builder import DefaultContextBuilder
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
@@ -115,3 +118,18 @@ def test_a_log_line_about_a_record_carries_its_correlation_id_and_trace_id_as_js
     assert about["level"] == "WARNING"
     assert "correlation_id" not in other
     assert "trace_id" not in other
+
+
+def test_while_nothing_records_a_callers_trace_context_is_passed_on_and_nothing_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runtime_tracing, "recording", lambda: False)
+    caller = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    traced = Inbound("t", 0, 1, None, b"{}", (("traceparent", caller),))
+    with runtime_tracing.consuming(traced, "g") as span:
+        assert not span.is_recording()
+        assert trace_headers() == [("traceparent", caller)]  # the reply names the caller's
+    plain = Inbound("t", 0, 2, None, b"{}", ())
+    with runtime_tracing.consuming(plain, "g") as span:
+        assert not span.is_recording()
+        assert trace_headers() == []
