@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import asyncpg
 import pytest
 from opentelemetry import trace
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from broker.tracing import trace_headers
 from consumers.build.app import create_app as build_app
@@ -26,7 +31,7 @@ from schemas.build import BuildRequestV1
 from schemas.context import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
 from schemas.upload import InlineContent, UploadRequestV1
 from tests.integration.helpers import assigned_reader, producer, request_message, until_true
-from tests.services import Config, StartConsumer
+from tests.services import Config, ConsumerProcess, StartConsumer
 from tests.spans import by_name, collected, parent_id, span_id, trace_id, tree
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -222,3 +227,102 @@ async def test_a_consumers_log_lines_about_a_record_are_json_with_its_ids(
     assert failed["correlation_id"] == "logged-1"
     assert failed["trace_id"] == f"{caller_trace:032x}"
     assert failed["record"].startswith(f"{config.request_topic}/")
+
+
+class Collector:
+    """An OTLP/HTTP receiver on 127.0.0.1: what a consumer exports, decoded (the protobuf the
+    SDK's exporter posts to ``/v1/traces``)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, bytes, bytes]] = []  # (name, trace id, parent span id)
+        received = self.spans
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                request = ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                for resource in request.resource_spans:
+                    for scope in resource.scope_spans:
+                        received.extend((s.name, s.trace_id, s.parent_span_id) for s in scope.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+async def test_a_consumer_exports_its_spans_over_otlp_when_an_endpoint_is_set(
+    config: Config, tmp_path: Path
+) -> None:
+    """OTEL_EXPORTER_OTLP_ENDPOINT set: a ``contextcore serve build`` process posts its spans,
+    asyncpg's statements among them with CONTEXTCORE_TRACE_SQL; they continue the caller's
+    trace, and the process's service name is contextcore-build."""
+    collector = Collector()
+    env = {
+        **config.environ(),
+        "OTEL_EXPORTER_OTLP_ENDPOINT": collector.endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "100",  # export within 0.1 s, not 5 s
+        "CONTEXTCORE_TRACE_SQL": "true",
+    }
+    log = (tmp_path / "consumer.log").open("wb")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "consumers.cli", "serve", "build",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=log,
+    )  # fmt: skip
+    consumer = ConsumerProcess(process, tmp_path / "consumer.log")
+    try:
+        await consumer.wait_ready()
+        replies = config.reply_topic("exported")
+        message = request_message(
+            "exported-1",
+            replies,
+            policy={
+                "total_token_budget": 100,
+                "sources": [{"name": "run_history", "token_budget": 50}],
+            },
+        )
+        message["request"]["subject"]["user_id"] = "6f1c2a3b-0000-4000-8000-0000000000aa"
+        caller_trace = uuid.uuid4().int >> 64 << 64 | 1
+        send = await producer(config.bootstrap)
+        try:
+            await send.send_and_wait(
+                config.request_topic,
+                json.dumps(message).encode(),
+                headers=[("traceparent", traceparent(caller_trace, 0x1234))],
+            )
+        finally:
+            await send.stop()
+        await replies_with_headers(config, replies, until=1)
+
+        async def exported() -> bool:
+            names = {name for name, _, _ in collector.spans}
+            return {"source run_history", "pack"} <= names
+
+        await until_true(exported, timeout=60)
+    finally:
+        await consumer.stop()
+        log.close()
+        collector.close()
+    mine = [s for s in collector.spans if s[1] == caller_trace.to_bytes(16, "big")]
+    names = {name for name, _, _ in mine}
+    assert f"{config.request_topic} process" in names
+    assert {"source run_history", "pack"} <= names
+    [record] = [s for s in mine if s[0] == f"{config.request_topic} process"]
+    assert record[2] == (0x1234).to_bytes(8, "big")  # the caller's span is its parent
+    assert len(names - {f"{config.request_topic} process", "source run_history", "pack"}) > 0, (
+        "asyncpg's statements are spans too with CONTEXTCORE_TRACE_SQL"
+    )
