@@ -31,7 +31,10 @@ from tests.integration.test_knowledge_pipeline import (
 )
 from tests.services import Config, Database, StartConsumer
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(300),  # an embedding consumer loads its model first: slow on a busy machine
+]
 
 COPY = "test/minilm-copy"
 """The default model's files under a second name: a real second model for the switch."""

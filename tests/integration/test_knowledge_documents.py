@@ -28,7 +28,10 @@ from tests.integration.test_knowledge_pipeline import (
 )
 from tests.services import Config, StartConsumer
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(300),  # an embedding consumer loads its model first: slow on a busy machine
+]
 
 FAQ = """# FAQ
 

@@ -21,7 +21,10 @@ from tests.integration.helpers import free_port
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
 from tests.services import Config, StartConsumer
 
-pytestmark = pytest.mark.integration
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(300),  # an embedding consumer loads its model first: slow on a busy machine
+]
 
 BUCKET = "contextcore-docs"
 PRIVATE = "private-backups"
