@@ -1,7 +1,8 @@
 """A brief's manifest as a table a person reads in a terminal (``contextcore build --explain``).
 
 Kept items first, then the dropped ones grouped by reason, each group in pack order, then the
-sources that failed. Plain text: no colour, no markup; a long cell is cut with ``…``.
+sources that failed. Plain text: no colour, no markup; a long cell loses its middle to ``…``
+(a subject key keeps its attribute, a ref the end of its id).
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ _CELL = 48
 def _cut(text: str | None, width: int = _CELL) -> str:
     if not text:
         return "-"
-    return text if len(text) <= width else text[: width - 1] + "…"
+    if len(text) <= width:
+        return text
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

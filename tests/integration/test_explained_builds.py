@@ -12,8 +12,16 @@ import asyncpg
 import pytest
 
 from devstack import demo_seed
+from producers.explain import explain
 from schemas.build import BuildRequestV1
-from schemas.context import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
+from schemas.context import (
+    BriefManifest,
+    ContextBrief,
+    ContextPolicy,
+    ContextRequest,
+    ContextSubject,
+    ResourceRef,
+)
 from tests.integration.helpers import producer, read_json
 from tests.services import Config, StartConsumer
 
@@ -87,6 +95,7 @@ async def test_the_same_explained_request_gives_the_same_bytes_in_two_processes(
     assert all(r["status"] == "ok" for r in replies)
     assert len({exact(reply) for reply in replies}) == 1  # one brief, one manifest, bytewise
     brief, manifest = replies[0]["brief"], replies[0]["manifest"]
+    print(explain(ContextBrief(**brief), BriefManifest(**manifest)))  # what --explain shows
     assert manifest["brief_sha256"] == hashlib.sha256(brief["text"].encode()).hexdigest()
     outcomes = {entry["outcome"] for entry in manifest["items"]}
     assert "kept" in outcomes
