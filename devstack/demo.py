@@ -55,6 +55,23 @@ DEMO_POLICY = {
     ],
 }
 
+DEMO_REQUEST = ContextRequest(
+    subject=ContextSubject(
+        organization_id=demo_seed.ORGANIZATION,
+        user_id=demo_seed.USER,
+        trigger_id=None,
+        definition_id=None,
+    ),
+    query="What should I know before I call Ada at Acme?",
+    entities=(
+        ResourceRef(kind="crm.company", id=str(demo_seed.ACME), label="Acme"),
+        ResourceRef(kind="crm.deal", id=str(demo_seed.RENEWAL)),
+    ),
+    conversation_id=demo_seed.CONVERSATION,
+)
+"""The demo's turn: a call about Acme and its renewal (tests/integration/test_explained_builds.py
+asks it too)."""
+
 MEMORIES = [
     ("user", "preference.call_notes", "Send me call notes as three bullet points.", None),
     (
@@ -157,20 +174,7 @@ async def run_demo(serve: bool) -> int:
                     idempotency_key=f"demo:{attribute}:v1",
                 )
                 print(f"{attribute}: {answer.status} {answer.change or answer.reason}")
-        request = ContextRequest(
-            subject=ContextSubject(
-                organization_id=demo_seed.ORGANIZATION,
-                user_id=demo_seed.USER,
-                trigger_id=None,
-                definition_id=None,
-            ),
-            query="What should I know before I call Ada at Acme?",
-            entities=(
-                ResourceRef(kind="crm.company", id=str(demo_seed.ACME), label="Acme"),
-                ResourceRef(kind="crm.deal", id=str(demo_seed.RENEWAL)),
-            ),
-            conversation_id=demo_seed.CONVERSATION,
-        )
+        request = DEMO_REQUEST
         policy = ContextPolicy.model_validate(DEMO_POLICY)
         print("== sending a demo build request")
         started = time.perf_counter()

@@ -16,7 +16,7 @@ import contextlib
 import json
 import signal
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Protocol
 
@@ -43,6 +43,7 @@ from consumers.runtime.delivery import Publisher, RecordHandler
 from consumers.runtime.inmemory import MemoryBroker, MemoryStartJournal, MemoryTransport
 from consumers.runtime.journal import ServedJournal
 from consumers.runtime.metrics import RuntimeMetrics
+from consumers.runtime.settings import ConsumerSettings
 from contextcore.builder import DefaultContextBuilder
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.memory.service import MemoryService
@@ -113,33 +114,17 @@ class MemoryRig:
 
     def app(self, consumer: str) -> ConsumerApp:
         """The consumer's own app, rewired to this rig's broker, journal and handler ports."""
-        handler: OpenHandler
-        if consumer == "build":
-            declared = build_app(
-                BuildSettings.model_construct(group_id=self.group("build"), metrics_port=0),
-                self._kafka,
-                self.topics,
-                self._database,
-            )
-            handler = self._build_handler
-        elif consumer == "memory":
-            declared = memory_app(
-                MemorySettings.model_construct(group_id=self.group("memory"), metrics_port=0),
-                self._kafka,
-                self.topics,
-                self._database,
-            )
-            handler = self._memory_handler
-        elif consumer == "upload":
-            declared = upload_app(
-                UploadSettings.model_construct(group_id=self.group("upload"), metrics_port=0),
-                self._kafka,
-                self.topics,
-                self._database,
-            )
-            handler = self._upload_handler
-        else:
+        wiring: dict[str, tuple[Callable[..., ConsumerApp], type[ConsumerSettings], OpenHandler]]
+        wiring = {
+            "build": (build_app, BuildSettings, self._build_handler),
+            "memory": (memory_app, MemorySettings, self._memory_handler),
+            "upload": (upload_app, UploadSettings, self._upload_handler),
+        }
+        if consumer not in wiring:
             raise ValueError(f"no in-memory wiring for the {consumer} consumer")
+        create, settings, handler = wiring[consumer]
+        own = settings.model_construct(group_id=self.group(consumer), metrics_port=0)
+        declared = create(own, self._kafka, self.topics, self._database)
         return declared.replace(
             transport=MemoryTransport(self.broker),
             open_handler=handler,

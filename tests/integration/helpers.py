@@ -12,6 +12,7 @@ from typing import Any
 from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 from broker.topics import TopicSpec, ensure_topics
 from contextcore.knowledge.encoding import Encoder
@@ -100,25 +101,33 @@ async def assigned_reader(bootstrap: str, topic: str) -> AIOKafkaConsumer:
     return consumer
 
 
-async def read_json(
+async def read_records(
     bootstrap: str, topic: str, *, until: int, timeout: float = 60.0
-) -> list[dict[str, Any]]:
+) -> list[ConsumerRecord[bytes, bytes]]:
     """Read ``topic`` from the beginning until ``until`` records arrived."""
     consumer = await assigned_reader(bootstrap, topic)
-    records: list[dict[str, Any]] = []
+    records: list[ConsumerRecord[bytes, bytes]] = []
     try:
         async with asyncio.timeout(timeout):
             while len(records) < until:
-                batch = await consumer.getmany(timeout_ms=200)
-                for messages in batch.values():
-                    records.extend(json.loads(m.value) for m in messages)
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    records.extend(batch)
     except TimeoutError:
+        values = [r.value for r in records]
         raise AssertionError(
-            f"{topic}: {len(records)} of {until} records in {timeout:.0f} s: {records!r:.2000}"
+            f"{topic}: {len(records)} of {until} records in {timeout:.0f} s: {values!r:.2000}"
         ) from None
     finally:
         await consumer.stop()
     return records
+
+
+async def read_json(
+    bootstrap: str, topic: str, *, until: int, timeout: float = 60.0
+) -> list[dict[str, Any]]:
+    """Read ``topic`` from the beginning until ``until`` records arrived, as JSON."""
+    records = await read_records(bootstrap, topic, until=until, timeout=timeout)
+    return [json.loads(record.value) for record in records]
 
 
 async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple[int, str, str]:

@@ -12,35 +12,19 @@ import asyncpg
 import pytest
 
 from devstack import demo_seed
+from devstack.demo import DEMO_REQUEST
 from producers.explain import explain
 from schemas.build import BuildRequestV1
 from schemas.context import (
     BriefManifest,
     ContextBrief,
     ContextPolicy,
-    ContextRequest,
-    ContextSubject,
-    ResourceRef,
 )
 from tests.integration.helpers import producer, read_json
 from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
 
-REQUEST = ContextRequest(
-    subject=ContextSubject(
-        organization_id=demo_seed.ORGANIZATION,
-        user_id=demo_seed.USER,
-        trigger_id=None,
-        definition_id=None,
-    ),
-    query="What should I know before I call Ada at Acme?",
-    entities=(
-        ResourceRef(kind="crm.company", id=str(demo_seed.ACME)),
-        ResourceRef(kind="crm.deal", id=str(demo_seed.RENEWAL)),
-    ),
-    conversation_id=demo_seed.CONVERSATION,
-)
 # the demo's sources but knowledge (no encoder in these processes), under a total that binds
 POLICY = ContextPolicy.model_validate(
     {
@@ -61,7 +45,7 @@ def request_record(correlation_id: str, reply_to: str) -> bytes:
     envelope = BuildRequestV1(
         correlation_id=correlation_id,
         reply_to=reply_to,
-        request=REQUEST,
+        request=DEMO_REQUEST,
         policy=POLICY,
         explain=True,
     )

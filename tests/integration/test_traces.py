@@ -30,7 +30,7 @@ from devstack import demo_seed
 from schemas.build import BuildRequestV1
 from schemas.context import ContextPolicy, ContextRequest, ContextSubject, ResourceRef
 from schemas.upload import InlineContent, UploadRequestV1
-from tests.integration.helpers import assigned_reader, producer, request_message, until_true
+from tests.integration.helpers import producer, read_records, request_message, until_true
 from tests.services import Config, ConsumerProcess, StartConsumer
 from tests.spans import by_name, collected, parent_id, span_id, trace_id, tree
 
@@ -60,16 +60,8 @@ async def serving(*apps: ConsumerApp) -> AsyncIterator[None]:
 async def replies_with_headers(
     config: Config, topic: str, until: int
 ) -> list[tuple[bytes, dict[str, bytes]]]:
-    reader = await assigned_reader(config.bootstrap, topic)
-    found: list[tuple[bytes, dict[str, bytes]]] = []
-    try:
-        async with asyncio.timeout(120):
-            while len(found) < until:
-                for records in (await reader.getmany(timeout_ms=200)).values():
-                    found += [(r.value or b"", dict(r.headers or ())) for r in records]
-    finally:
-        await reader.stop()
-    return found
+    records = await read_records(config.bootstrap, topic, until=until, timeout=120)
+    return [(r.value or b"", dict(r.headers or ())) for r in records]
 
 
 def traceparent(trace: int, span: int) -> bytes:
