@@ -158,6 +158,18 @@ class UploadStatusV1(BaseModel):
     details: list[str] = Field(default_factory=list)
 
 
+MAX_CHUNK_CHARS = 65_536
+"""The longest chunk text: 8 characters per word piece of the largest window the settings
+allow (8,192 pieces); the chunker cuts every chunk under it (contextcore/knowledge/chunk.py)."""
+MAX_SECTION_CHARS = 4_000
+"""The longest heading path of a chunk (the chunker cuts them at 1,000)."""
+MAX_BATCH_CHUNKS = 512
+MAX_BATCH_CHARS = 1_000_000
+"""The most characters of text and headings in one embedding batch: what a batch may make an
+encoder do is bounded by the batch, not by the record the broker took (the upload consumer
+cuts batches under it and under the record limit)."""
+
+
 class EmbedChunkV1(BaseModel):
     """One chunk of a document on the wire: the upload consumer writes its chunks so, and the
     embedding group reads them back as chunks. ``Chunk`` (contextcore/knowledge/chunk.py) has the
@@ -166,9 +178,13 @@ class EmbedChunkV1(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     ordinal: Annotated[int, Field(ge=0, le=10_000_000)]
-    section: Annotated[str, Field(max_length=4_000)]
-    text: Annotated[str, Field(min_length=1, max_length=100_000)]
+    section: Annotated[str, Field(max_length=MAX_SECTION_CHARS)]
+    text: Annotated[str, Field(min_length=1, max_length=MAX_CHUNK_CHARS)]
     tokens: Annotated[int, Field(ge=1, le=100_000)]
+
+    @property
+    def chars(self) -> int:
+        return len(self.section) + len(self.text)
 
 
 class EmbedBatchV1(BaseModel):
@@ -182,4 +198,11 @@ class EmbedBatchV1(BaseModel):
     source_id: UUID
     generation: Annotated[int, Field(ge=1)]
     embedding_model: Annotated[str, Field(min_length=1, max_length=200)]
-    chunks: Annotated[list[EmbedChunkV1], Field(min_length=1, max_length=512)]
+    chunks: Annotated[list[EmbedChunkV1], Field(min_length=1, max_length=MAX_BATCH_CHUNKS)]
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Self:
+        chars = sum(chunk.chars for chunk in self.chunks)
+        if chars > MAX_BATCH_CHARS:
+            raise ValueError(f"the batch holds {chars} characters, over {MAX_BATCH_CHARS}")
+        return self

@@ -14,6 +14,13 @@ Vectors are L2-normalised, so the cosine distance of pgvector ranks them as the 
 A call is cut into model batches by word pieces, not sentence-transformers' character sort
 (:mod:`~contextcore.knowledge.batching`: padding is waste), each run at one of few shapes
 (:data:`LENGTH_STEP`): every new shape is a kernel compile on OpenVINO.
+
+What a call may make an encoder do is bounded by the model's window, not by the texts it is
+given: a text is cut to :data:`~.chunk.CHARS_PER_TOKEN` characters per piece of the window
+before it is tokenized (a tokenizer reads its whole input before it truncates, about 270 bytes
+per piece: one batch of 64 texts of 100,000 characters took an embedding consumer past 1.5 GB),
+and texts are tokenized :data:`TOKENIZE_AT_ONCE` at a time. Every chunk the chunker makes is
+shorter than the cut (chunk.py), so no vector of a real chunk changes.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from contextcore.knowledge.batching import Shapes, least_padding, padded
+from contextcore.knowledge.chunk import CHARS_PER_TOKEN
 from schemas.errors import ConfigurationError
 
 log = logging.getLogger("contextcore.knowledge")
@@ -71,6 +79,8 @@ number of texts (:meth:`~.batching.Shapes.bucketed`): 48 shapes for batches of u
 of up to 256 pieces, so no kernel is compiled twice. Against exact shapes, on 2,295 git-doc
 chunks in calls of 16 (OpenVINO, 2 cores, amx_bf16 + avx512_bf16): 136 against 106 texts/s,
 and 1,500 calls of random shapes level off at 770 MB from the 100th call (exact: 950 MB)."""
+TOKENIZE_AT_ONCE = 32
+"""Texts tokenized in one call to learn their lengths (each at most its window's characters)."""
 
 
 def default_model_path(model: str) -> Path:
@@ -111,6 +121,8 @@ class SentenceTransformerEncoder:
             raise ConfigurationError(f"{model!r} does not say its embedding dimensions")
         self.dimensions = dimensions
         self.max_seq_length = int(self._st.max_seq_length)
+        self.max_chars = CHARS_PER_TOKEN * self.max_seq_length
+        """The characters of a text the model can see at most; the rest is cut unread."""
         self.shapes = Shapes.bucketed(batch_size, self.max_seq_length, LENGTH_STEP)
 
     @property
@@ -121,9 +133,13 @@ class SentenceTransformerEncoder:
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        texts = list(texts)
-        pieces = self._st.tokenizer(texts, truncation=True, max_length=self.max_seq_length)
-        lengths = [len(ids) for ids in pieces["input_ids"]]
+        texts = [text[: self.max_chars] for text in texts]
+        lengths: list[int] = []
+        for i in range(0, len(texts), TOKENIZE_AT_ONCE):
+            pieces = self._st.tokenizer(
+                texts[i : i + TOKENIZE_AT_ONCE], truncation=True, max_length=self.max_seq_length
+            )
+            lengths.extend(len(ids) for ids in pieces["input_ids"])
         vectors: list[list[float]] = [[] for _ in texts]
         with self._lock:
             for batch in least_padding(lengths, self.shapes, CALL_COST_TOKENS):
@@ -243,7 +259,8 @@ class OpenVinoQueryEncoder:
 
         if not texts:
             return []
-        encodings = self._tokenizer.encode_batch(list(texts))
+        cut = CHARS_PER_TOKEN * self._max_tokens  # the rest cannot be seen: never tokenized
+        encodings = self._tokenizer.encode_batch([text[:cut] for text in texts])
         # at a length in steps (LENGTH_STEP): queries of every length reuse a few kernels
         width = padded(max(len(e.ids) for e in encodings), LENGTH_STEP, self._max_tokens)
         ids = np.zeros((len(encodings), width), dtype=np.int64)

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer, chunk
+from contextcore.knowledge.chunk import (
+    MAX_HEADING_CHARS,
+    MAX_HEADING_TOKENS,
+    SEGMENT_CHARS,
+    ChunkSettings,
+    WordPieceTokenizer,
+    chunk,
+)
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.extract import ExtractionError, Limits, Section, extract
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
@@ -146,3 +153,55 @@ def test_chunking_is_deterministic_and_bounded(paragraphs: list[list[str]]) -> N
     assert first == chunk("T", sections, TOKENIZER, WINDOW)
     assert [c.ordinal for c in first] == list(range(len(first)))
     assert all(c.tokens <= WINDOW.max_tokens for c in first)
+
+
+def test_a_word_longer_than_a_chunk_is_cut_into_bounded_chunks() -> None:
+    """A word the vocabulary does not know is one word piece of any length: a 100,000-character
+    word made one chunk too long for any batch (issue 32). Characters bound a chunk too."""
+    chunks = chunk("Doc", [Section((), ["a" * 100_000 + " end"])], TOKENIZER, WINDOW)
+    assert all(len(c.text) <= WINDOW.max_chars for c in chunks)
+    assert "".join(c.text for c in chunks).replace(" ", "") == "a" * 100_000 + "end"
+
+
+def test_long_words_fill_chunks_by_characters_and_move_on() -> None:
+    """1.9 MB of 150-character words: chunks bounded in characters, each overlapping the one
+    before by a few words only (an overlap of 32 pieces would start every chunk one word on)."""
+    words = [f"{i:05d}" + "w" * 145 for i in range(2_000)]
+    chunks = chunk("Doc", [Section((), [" ".join(words)])], TOKENIZER, WINDOW)
+    assert all(len(c.text) <= WINDOW.max_chars for c in chunks)
+    assert len(chunks) < len(words) / 8
+    assert {w for c in chunks for w in c.text.split()} == set(words)
+
+
+def test_a_heading_path_is_bounded_in_characters() -> None:
+    for path in (("h" * 5_000,), ("heading " * 700,), tuple(f"part {i}" for i in range(900))):
+        (only,) = chunk("Doc", [Section(path, ["body"])], TOKENIZER, WINDOW)
+        assert 0 < len(only.section) <= MAX_HEADING_CHARS
+        assert TOKENIZER.count(only.section) <= MAX_HEADING_TOKENS
+
+
+def test_a_text_is_tokenized_in_segments_as_it_would_be_whole() -> None:
+    """Segments are cut at a space, so the pieces are the whole text's: the chunks of a long
+    section are the chunks it had when it was tokenized at once (and its memory is bounded)."""
+    text = " ".join(f"word{i % 97} of the handbook, line {i}." for i in range(12_000))
+    assert len(text) > 4 * SEGMENT_CHARS
+    whole = TOKENIZER._tokenizer.encode(text, add_special_tokens=False)
+    starts, ends, _ = TOKENIZER._pieces(text)
+    assert list(zip(starts, ends, strict=True)) == whole.offsets
+    assert TOKENIZER.count(text) == len(whole.ids)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(exclude_categories=["Cs"]), min_size=1, max_size=300)
+        | st.integers(1, 3_000).map(lambda n: "x" * n),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_every_chunk_is_bounded_in_pieces_and_characters(words: list[str]) -> None:
+    chunks = chunk("T", [Section(("s",), [" ".join(words)])], TOKENIZER, WINDOW)
+    assert all(0 < len(c.text) <= WINDOW.max_chars for c in chunks)
+    assert all(c.tokens <= WINDOW.max_tokens for c in chunks)
+    assert all(len(c.section) <= MAX_HEADING_CHARS for c in chunks)
