@@ -11,8 +11,13 @@ reason that the uploader hears:
 * output: the answer's size, read here before it is parsed; ``extraction output exceeded …``.
 
 A worker that dies (a parser that aborts, the OOM killer) fails its job with how it died, and
-the next job gets a new worker. A job whose caller is cancelled (the consumer's handling
-timeout, a drain) kills its worker, so no abandoned parse keeps a CPU busy.
+the next job gets a new worker. Native code that cannot allocate under the address-space cap
+aborts rather than raising (Rust's ``memory allocation of N bytes failed``, C++'s
+``std::bad_alloc``): the worker's last lines on stderr (kept here, :data:`STDERR_TAIL_BYTES`,
+and logged) tell that death from any other, and it is answered as the memory limit it is.
+
+A job whose caller is cancelled (the consumer's handling timeout, a drain) kills its worker, so
+no abandoned parse keeps a CPU busy.
 
 The worker's answer is data, validated here as untrusted input: a worker that a document took
 over can lie about its text, but not run code in the consumer or hand it malformed chunks.
@@ -25,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -34,7 +40,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contextcore.knowledge.chunk import Chunk, Cut, ModelWindow
+from contextcore.knowledge.chunk import MAX_HEADING_CHARS, Chunk, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
 from contextcore.knowledge.worker import HEADER, frame
 from schemas.errors import ContextcoreError
@@ -42,6 +48,14 @@ from schemas.errors import ContextcoreError
 log = logging.getLogger("contextcore.knowledge.sandbox")
 
 MB = 1024 * 1024
+STDERR_TAIL_BYTES = 4_096
+"""What is kept of a worker's stderr, to say why it died (each line is logged too)."""
+OUT_OF_MEMORY = re.compile(
+    rb"memory allocation of \d+ bytes failed|std::bad_alloc|MemoryError|out of memory"
+    rb"|Cannot allocate memory",
+    re.IGNORECASE,
+)
+"""What the runtimes a worker runs print when an allocation failed under the cap."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,28 @@ class _Worker:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
         self.jobs = 0
+        self.stderr_tail = b""
+        self._stderr = asyncio.create_task(self._read_stderr())
+
+    async def _read_stderr(self) -> None:
+        """Keep the tail of the worker's stderr and log what it writes, until it closes (read
+        all the while, so a worker that writes much never blocks on a full pipe)."""
+        stream = self.process.stderr
+        if stream is None:
+            return
+        while data := await stream.read(STDERR_TAIL_BYTES):
+            self.stderr_tail = (self.stderr_tail + data)[-STDERR_TAIL_BYTES:]
+            text = data[:1_000].decode("utf-8", "replace").strip()
+            log.warning("extraction worker %d: %s", self.process.pid, text)
+
+    async def stderr_closed(self) -> bytes:
+        """The tail of stderr once the (dead) worker's pipe has closed (or 2 s later: then
+        the reader stops)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self._stderr), 2.0)
+        except TimeoutError:
+            self._stderr.cancel()
+        return self.stderr_tail
 
     @property
     def stdin(self) -> asyncio.StreamWriter:
@@ -101,6 +137,7 @@ class _Worker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.process.pid, signal.SIGKILL)
         await self.process.wait()
+        await self.stderr_closed()
 
     async def retire(self) -> None:
         """Let the worker exit on its own (end of input), or kill it if it does not."""
@@ -111,6 +148,7 @@ class _Worker:
                 await asyncio.wait_for(self.process.wait(), 2.0)
             except TimeoutError:
                 await self.kill()
+        await self.stderr_closed()
 
 
 class _Died(ContextcoreError):
@@ -196,7 +234,7 @@ class TextSandbox:
                 ) from None
             except _Died:
                 await worker.kill()
-                raise ExtractionError(self._death(worker)) from None
+                raise ExtractionError(self._death(worker, await worker.stderr_closed())) from None
             cut = self._parse(raw, models)
             reusable = True  # a worker whose job failed is replaced, whatever the reason
             return cut
@@ -226,8 +264,12 @@ class TextSandbox:
         except asyncio.IncompleteReadError as error:
             raise _Died from error
 
-    def _death(self, worker: _Worker) -> str:
+    def _death(self, worker: _Worker, stderr: bytes) -> str:
+        """Why the worker died, as the failed source's reason: the limit it hit, when one
+        was (its signal, or what it printed as it went), else how it ended."""
         code = worker.process.returncode
+        if OUT_OF_MEMORY.search(stderr):
+            return f"extraction exceeded {self.limits.memory_mb} MB of memory"
         if code is not None and code < 0:
             number = -code
             if number == signal.SIGXCPU:
@@ -255,6 +297,7 @@ class TextSandbox:
             f"{self.limits.cpu_s:g}",
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             env=_worker_environment(),
             limit=2**16,
         )
@@ -279,7 +322,10 @@ class TextSandbox:
             window = models[model].settings
             made = [Chunk(*row) for row in rows]
             if not made or any(
-                c.ordinal != i or not c.text or not 0 < c.tokens <= window.max_tokens
+                c.ordinal != i
+                or not 0 < len(c.text) <= window.max_chars
+                or len(c.section) > MAX_HEADING_CHARS
+                or not 0 < c.tokens <= window.max_tokens
                 for i, c in enumerate(made)
             ):
                 raise ExtractionError("the extraction process answered nonsense (chunks)")

@@ -138,10 +138,60 @@ async def test_a_cancelled_job_kills_its_worker() -> None:
         await sandbox.close()
 
 
+TOKENIZE_WHOLE = (
+    "import resource\n"
+    "from tokenizers import Tokenizer\n"
+    "cap = int(sys.argv[sys.argv.index('--memory-bytes') + 1])\n"
+    "resource.setrlimit(resource.RLIMIT_AS, (cap, cap))\n"
+    "tokenizer = Tokenizer.from_file(job['models']['m']['tokenizer'] + '/tokenizer.json')\n"
+    "tokenizer.encode(document.decode(), add_special_tokens=False)\n"
+)
+"""The worker as it was: the whole text tokenized at once, under the worker's address-space cap
+(the real tokenizer aborts the process when an allocation fails)."""
+
+
+async def test_a_native_allocation_failure_is_reported_as_the_memory_limit() -> None:
+    """Out of memory in native code aborts (SIGABRT) instead of raising: 8 MB of ``<p>x</p>``
+    was answered "the extraction process crashed (SIGABRT)". What the worker printed as it died
+    says which limit it hit."""
+    sandbox = TextSandbox(
+        workers=1, limits=SandboxLimits(memory_mb=256), command=fake_worker(TOKENIZE_WHOLE)
+    )
+    try:
+        with pytest.raises(ExtractionError) as failed:
+            await sandbox.cut(
+                title="X", models=WINDOWS, media_type="text/plain", document=b"x " * 1_000_000
+            )
+    finally:
+        await sandbox.close()
+    assert str(failed.value) == "extraction exceeded 256 MB of memory"
+
+
+@pytest.mark.parametrize(
+    "document",
+    [b"<b>x</b>" * 1_000_000, b"<p>x</p>" * 1_000_000],
+    ids=["8 MB of <b>x</b>", "8 MB of <p>x</p>"],
+)
+async def test_the_worker_tokenizes_a_huge_text_within_its_memory(document: bytes) -> None:
+    """The documents that aborted the tokenizer (above) now cut into chunks under the default
+    512 MB: the text is tokenized a segment at a time."""
+    sandbox = TextSandbox(workers=1, limits=SandboxLimits(cpu_s=120, wall_s=240))
+    try:
+        cut = await sandbox.cut(
+            title="X", models=WINDOWS, media_type="text/html", document=document
+        )
+    finally:
+        await sandbox.close()
+    window = WINDOWS[MODEL].settings
+    assert cut.chunks[MODEL]
+    assert all(len(c.text) <= window.max_chars for c in cut.chunks[MODEL])
+
+
 @pytest.mark.parametrize(
     ("body", "limits", "reason"),
     [
         ("os.kill(os.getpid(), signal.SIGSEGV)", SandboxLimits(), r"crashed \(SIGSEGV\)"),
+        ("os.abort()", SandboxLimits(), r"crashed \(SIGABRT\)"),
         ("sys.exit(3)", SandboxLimits(), "exit status 3"),
         ('answer(b\'{"ok": true, "sections": 5}\')', SandboxLimits(), "answered nonsense"),
         (
