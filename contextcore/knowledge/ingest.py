@@ -51,9 +51,15 @@ from contextcore.knowledge.addresses import (
 from contextcore.knowledge.chunk import Chunk, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
 from contextcore.knowledge.state import DELETED, Accepted, SourceState, Superseded
+from schemas.errors import ContextcoreError
 
 CONSUMER = "upload"
 """The consumer whose ledger claims an upload key (the store claims it under this name)."""
+
+
+class NoSuchOrganization(ContextcoreError):
+    """The upload names an organization the database does not hold: refused at once, as an
+    invalid upload is (no retry creates one)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +126,11 @@ class KnowledgeRepository(Protocol):
     ) -> Opened:
         """Claim ``upload_key``; when it is new, create the source with this identity or start
         its next generation. Then the source (by identity, when the key was claimed before) and
-        the scope's models."""
+        the scope's models.
+
+        Raises:
+            NoSuchOrganization: ``organization_id`` names no organization (nothing stored).
+        """
         ...
 
     async def open_reingest(
@@ -251,6 +261,7 @@ class Ingestion:
         Raises:
             ObjectError: the address is refused (malformed, a bucket or a path this service
                 does not read): nothing was stored.
+            NoSuchOrganization: the upload names no organization: nothing was stored.
             ObjectUnavailable: the object store did not answer (the upload is to be retried);
                 on the ``last_attempt`` the source fails with that reason instead.
         """
@@ -354,6 +365,16 @@ class Ingestion:
             return Prepared(state, self._batches(state, cut.chunks))
         return _unless_superseded(state, current, self._batches(state, cut.chunks))
 
+    async def give_up(self, prepared: Prepared, reason: str) -> Prepared:
+        """Fail the generation ``prepared`` was about (unless a later one replaced it, or it is
+        no longer pending): its batches cannot be stored, and ``reason`` says why to a person.
+        Nothing of it is published; the answer is the source as it is now."""
+        state = prepared.source
+        current = await self.repository.fail(state, reason)
+        if current is None:  # an admin deleted it meanwhile
+            return Prepared(_deleted(state.title, state), [])
+        return _unless_superseded(state, current, [])
+
     def _batches(self, state: SourceState, chunked: dict[str, list[Chunk]]) -> list[Batch]:
         size = self.batch_size
         return [
@@ -397,9 +418,7 @@ class Ingestion:
         )
 
     async def _fail(self, state: SourceState, reason: str) -> Prepared:
-        current = await self.repository.fail(state, reason)
-        assert current is not None
-        return _unless_superseded(state, current, [])
+        return await self.give_up(Prepared(state, []), reason)
 
 
 def _deleted(title: str, state: SourceState | None = None) -> SourceState:

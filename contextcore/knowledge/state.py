@@ -79,6 +79,9 @@ class BatchResult:
     deleted: SourceState | None = None
     """The source was deleted while pending, and its uploader waits: it is told (failed, with
     :data:`DELETED`), by the first batch that finds the source gone only."""
+    failed: SourceState | None = None
+    """The store refused this batch for good, and this batch failed the source (its uploader is
+    told the reason)."""
 
 
 DELETED = "the document was deleted"

@@ -24,15 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
+import asyncpg
+
 from contextcore.knowledge.chunk import Chunk
+from contextcore.knowledge.embed import BatchRefused
 from contextcore.knowledge.extract import Section
-from contextcore.knowledge.ingest import CONSUMER, NewSource, Opened
+from contextcore.knowledge.ingest import CONSUMER, NewSource, NoSuchOrganization, Opened
 from contextcore.knowledge.state import (
     DELETED,
     Accepted,
@@ -190,6 +194,16 @@ WHERE s.organization_id IS NOT DISTINCT FROM $1 AND s.id = $2 AND s.sections IS 
 RETURNING s.id, s.generation, old.status AS replaced_status,
           old.generation AS replaced_generation, old.reply_to AS replaced_reply_to,
           old.correlation_id AS replaced_correlation_id
+""",
+)
+
+ORGANIZATION_EXISTS = TenantQuery(
+    "knowledge.organization_exists",
+    """
+-- knowledge.organization_exists: whether the scope's organization is one the database holds
+-- (RLS shows the scope its own row only). An upload for one that is not is refused before the
+-- ledger or a source is written: its foreign keys would refuse it on every retry.
+SELECT EXISTS (SELECT 1 FROM organizations WHERE id = $1)
 """,
 )
 
@@ -582,8 +596,32 @@ class PostgresChunkStore:
         chunks: Sequence[Chunk],
         vectors: Sequence[Sequence[float]],
     ) -> BatchResult:
+        try:
+            async with self.database.writing(_scope(organization_id)) as tenant:
+                return await store_batch(tenant, source_id, model, generation, chunks, vectors)
+        except _REFUSED_FOR_GOOD as error:
+            log.warning("a batch of %s was refused: %s: %s", source_id, type(error).__name__, error)
+            raise BatchRefused(
+                "the database refused one of its passages (text it cannot hold)"
+            ) from error
+
+    async def fail(
+        self, organization_id: UUID | None, source_id: UUID, generation: int, reason: str
+    ) -> SourceState | None:
         async with self.database.writing(_scope(organization_id)) as tenant:
-            return await store_batch(tenant, source_id, model, generation, chunks, vectors)
+            if not await record_failure(tenant, source_id, generation, reason):
+                return None
+            return await source(tenant, source_id)
+
+
+_REFUSED_FOR_GOOD = (
+    asyncpg.DataError,
+    asyncpg.IntegrityConstraintViolationError,
+    asyncpg.ProgramLimitExceededError,
+)
+"""What PostgreSQL answers a value it will never store (SQLSTATE classes 22, 23, 54): the same
+batch again is refused again."""
+log = logging.getLogger("contextcore.knowledge")
 
 
 class PostgresKnowledgeRepository:
@@ -598,6 +636,8 @@ class PostgresKnowledgeRepository:
     ) -> Opened:
         started = None
         async with self.database.writing(_scope(organization_id)) as tenant:
+            if organization_id is not None and not await tenant.fetchval(ORGANIZATION_EXISTS):
+                raise NoSuchOrganization(f"no such organization: {organization_id}")
             claimed = await ledger.claim(tenant, CONSUMER, upload_key)
             if claimed:
                 started = await accept(

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from uuid import UUID
 
 import pytest
 
 from contextcore.knowledge.chunk import Chunk
-from contextcore.knowledge.embed import Embedder, UnknownModel
-from contextcore.knowledge.state import BatchResult
+from contextcore.knowledge.embed import BatchRefused, Embedder, UnknownModel
+from contextcore.knowledge.state import BatchResult, SourceState
 
 ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000a1")
 SOURCE = uuid.UUID("7b000000-0000-4000-8000-0000000000b1")
@@ -32,8 +33,10 @@ class LengthEncoder:
 
 
 class MemoryChunks:
-    def __init__(self) -> None:
+    def __init__(self, *, refuse: bool = False) -> None:
         self.kept: list[tuple[UUID | None, UUID, str, int, list[tuple[Chunk, list[float]]]]] = []
+        self.refuse = refuse
+        self.failed: list[tuple[UUID | None, UUID, int, str]] = []
 
     async def store_batch(
         self,
@@ -44,9 +47,26 @@ class MemoryChunks:
         chunks: Sequence[Chunk],
         vectors: Sequence[Sequence[float]],
     ) -> BatchResult:
+        if self.refuse:
+            raise BatchRefused("the database refused one of its passages")
         pairs = [(chunk, list(vector)) for chunk, vector in zip(chunks, vectors, strict=True)]
         self.kept.append((organization_id, source_id, model, generation, pairs))
         return BatchResult(inserted=len(pairs), model_ready=False, source=None)
+
+    async def fail(
+        self, organization_id: UUID | None, source_id: UUID, generation: int, reason: str
+    ) -> SourceState | None:
+        self.failed.append((organization_id, source_id, generation, reason))
+        return SourceState(
+            id=source_id,
+            organization_id=organization_id,
+            title="Guide",
+            status="failed",
+            status_reason=reason,
+            generation=generation,
+            chunk_count=None,
+            updated_at=datetime.now(UTC),
+        )
 
 
 def chunk(ordinal: int, text: str) -> Chunk:
@@ -82,3 +102,14 @@ async def test_a_batch_for_a_model_this_process_lacks_is_refused_before_anything
     with pytest.raises(UnknownModel, match="not 'other'"):
         await Embedder(store, [encoder]).embed(ORG, SOURCE, 1, "other", [chunk(0, "x")])
     assert (store.kept, encoder.calls) == ([], [])
+
+
+async def test_a_batch_the_store_refuses_for_good_fails_its_source_at_once() -> None:
+    """Not a retry into a dead letter while the source waits an hour for the sweep."""
+    store = MemoryChunks(refuse=True)
+    result = await Embedder(store, [LengthEncoder("m")]).embed(ORG, SOURCE, 2, "m", [chunk(0, "x")])
+    reason = "the document cannot be stored: the database refused one of its passages"
+    assert store.failed == [(ORG, SOURCE, 2, reason)]
+    assert result.failed is not None
+    assert result.failed.status_reason == reason
+    assert (result.inserted, result.source) == (0, None)

@@ -4,7 +4,8 @@ Decode and validate (an invalid batch, which only a bug or a forger writes, is d
 encode and store (:class:`~contextcore.knowledge.embed.Embedder`). The batch that completes its
 source under the live model answers the uploader ``ready`` on the reply topic the upload named;
 the first batch that finds its source deleted while pending answers it ``failed`` ("the
-document was deleted").
+document was deleted"); a batch the store refuses for good fails its source at once and
+answers it ``failed`` with the reason.
 A batch for a model this process does not encode with is dead-lettered with the reason (its
 source stays pending, and the sweep fails it with the count of chunks stored).
 """
@@ -55,8 +56,11 @@ class EmbedHandler:
         self.metrics.batch_seconds.observe(time.perf_counter() - started)
         self.metrics.batch_size.observe(len(batch.chunks))
         self.metrics.chunks.labels(model=batch.embedding_model).inc(result.inserted)
-        if (gone := result.deleted) is not None and gone.reply_to and gone.correlation_id:
-            return reply(gone.reply_to, gone.correlation_id, status_of(gone, gone.correlation_id))
+        for told in (result.deleted, result.failed):
+            if told is not None and told.reply_to and told.correlation_id:
+                return reply(
+                    told.reply_to, told.correlation_id, status_of(told, told.correlation_id)
+                )
         source = result.source
         if source is None:
             return Done()

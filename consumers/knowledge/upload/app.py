@@ -94,6 +94,7 @@ def create_app(
                     topics.embed,
                     UploadMetrics.create(metrics.registry),
                     max_attempts=upload.max_attempts,
+                    max_record_bytes=kafka.max_record_bytes,
                 )
             finally:
                 await sandbox.close()

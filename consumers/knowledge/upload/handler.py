@@ -8,9 +8,14 @@
    does not answer is a bounded retry, and its last attempt fails the source with the reason.
 3. Publish the embedding batches, each acknowledged by the broker before the reply; a publish
    that fails raises, and the runtime retries the record (the batches of a redelivered upload
-   are published again, and the embedding group stores each chunk once).
+   are published again, and the embedding group stores each chunk once). Every batch is made
+   and checked before the first is published: a batch is cut in halves until its record fits
+   the broker's record limit (``max_record_bytes``) and the wire's
+   :data:`~schemas.upload.MAX_BATCH_CHARS`; a chunk that cannot be a record even alone fails the
+   source at once, with the reason (a retry would cut it the same way).
 4. Reply the source's status (``pending``, or ``failed`` with the reason), or ``superseded``
-   when a later upload of the same document replaced this one's generation.
+   when a later upload of the same document replaced this one's generation. An upload for an
+   organization the database does not hold is ``rejected`` ("no such organization"), at once.
 
 An upload that replaces a generation still pending also tells that generation's uploader
 ``superseded`` (:meth:`UploadHandler.tell_superseded`), on the address the source row is
@@ -20,6 +25,9 @@ about to forget: nobody else could tell it any more.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+
+from pydantic import ValidationError
 
 from broker.tracing import trace_headers
 from consumers.knowledge.replies import rejected, reply, status_of, superseded
@@ -37,10 +45,19 @@ from consumers.runtime.records import (
     Stopwatch,
 )
 from contextcore.knowledge.addresses import ObjectError, ObjectUnavailable
-from contextcore.knowledge.ingest import Batch, Ingestion, Prepared, Reingest, Upload
+from contextcore.knowledge.ingest import (
+    Batch,
+    Ingestion,
+    NoSuchOrganization,
+    Prepared,
+    Reingest,
+    Upload,
+)
 from contextcore.knowledge.state import Superseded
 from schemas import wire
+from schemas.errors import ContextcoreError, validation_lines
 from schemas.upload import (
+    MAX_BATCH_CHARS,
     EmbedBatchV1,
     EmbedChunkV1,
     ReingestRequestV1,
@@ -52,6 +69,11 @@ from schemas.upload import (
 log = logging.getLogger("contextcore.upload")
 
 
+class Unstorable(ContextcoreError):
+    """A document's chunks cannot be carried to the embedding group (the reason says why, to a
+    person): its source fails at once instead of being retried into a dead letter."""
+
+
 class UploadHandler:
     def __init__(
         self,
@@ -61,14 +83,17 @@ class UploadHandler:
         metrics: UploadMetrics,
         *,
         max_attempts: int = 4,
+        max_record_bytes: int = 1_000_000,
     ) -> None:
         """``max_attempts``: the runtime's; the last attempt of an upload whose object store
-        does not answer fails its source (the uploader hears why) instead of a dead letter."""
+        does not answer fails its source (the uploader hears why) instead of a dead letter.
+        ``max_record_bytes``: the broker's record limit, which every batch's record fits."""
         self.ingestion = ingestion
         self.publisher = publisher
         self.embed_topic = embed_topic
         self.metrics = metrics
         self.max_attempts = max_attempts
+        self.max_record_bytes = max_record_bytes
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
@@ -101,7 +126,7 @@ class UploadHandler:
                 )
         except ObjectUnavailable as error:
             return Retry("object_store", str(error))
-        except ObjectError as error:  # an address refused before anything was stored
+        except (ObjectError, NoSuchOrganization) as error:  # refused before anything was stored
             self.metrics.uploads.labels(outcome="rejected").inc()
             return reply(
                 decoded.reply_to,
@@ -109,8 +134,13 @@ class UploadHandler:
                 rejected(decoded.correlation_id, str(error)),
             )
         with watch.stage("publish_batches"):
-            for batch in prepared.batches:
-                await self.publish(batch)
+            try:
+                records = self.records(prepared.batches)
+            except Unstorable as error:
+                prepared = await self.ingestion.give_up(prepared, str(error))
+                records = []
+            for key, value in records:
+                await self.publish(key, value)
         status = answer(prepared, decoded.correlation_id)
         self.metrics.uploads.labels(outcome=status.status).inc()
         self.metrics.batches_published.inc(len(prepared.batches))
@@ -129,15 +159,24 @@ class UploadHandler:
                 ),
                 replaced=self.tell_superseded,
             )
+        if not isinstance(prepared, str):
+            with watch.stage("publish_batches"):
+                try:
+                    records = self.records(prepared.batches)
+                except Unstorable as error:
+                    if command.models is not None:  # a switch's chunks: the source stays as is
+                        prepared = str(error)
+                    else:
+                        prepared = await self.ingestion.give_up(prepared, str(error))
+                    records = []
+                for key, value in records:
+                    await self.publish(key, value)
         if isinstance(prepared, str):
             self.metrics.uploads.labels(outcome="rejected").inc()
             if command.reply_to is None or command.correlation_id is None:
                 return DeadLetter("refused", f"reingest of {command.source_id}: {prepared}")
             message = rejected(command.correlation_id, prepared)
             return reply(command.reply_to, command.correlation_id, message)
-        with watch.stage("publish_batches"):
-            for batch in prepared.batches:
-                await self.publish(batch)
         self.metrics.batches_published.inc(len(prepared.batches))
         if command.reply_to is None or command.correlation_id is None:
             return Done()
@@ -166,20 +205,62 @@ class UploadHandler:
         except PublishError as error:
             log.warning("could not tell %s it was superseded: %s", replaced.reply_to, error)
 
-    async def publish(self, batch: Batch) -> None:
-        message = EmbedBatchV1(
-            organization_id=batch.organization_id,
-            source_id=batch.source_id,
-            generation=batch.generation,
-            embedding_model=batch.model,
-            chunks=[
-                EmbedChunkV1.model_validate(chunk, from_attributes=True) for chunk in batch.chunks
-            ],
-        )
+    def records(self, batches: Sequence[Batch]) -> list[tuple[bytes, bytes]]:
+        """Every batch as the records (key, value) that carry it, each under the record limit.
+
+        Raises:
+            Unstorable: a chunk is not one the embedding group accepts, or its record alone
+                is over the limit.
+        """
+        records: list[tuple[bytes, bytes]] = []
+        for batch in batches:
+            chunks = []
+            for chunk in batch.chunks:
+                try:
+                    chunks.append(EmbedChunkV1.model_validate(chunk, from_attributes=True))
+                except ValidationError as error:
+                    problem = "; ".join(validation_lines(error))[:300]
+                    raise Unstorable(
+                        f"the document cannot be stored: its passage {chunk.ordinal} is not "
+                        f"one the embedding step takes ({problem})"
+                    ) from None
+            key = str(batch.source_id).encode()
+            records.extend((key, value) for value in self._cut(batch, chunks))
+        return records
+
+    def _cut(self, batch: Batch, chunks: list[EmbedChunkV1]) -> list[bytes]:
+        """The values of ``batch``'s chunks, halved until each fits (deterministic: a
+        redelivered upload publishes the same records)."""
+        if len(chunks) > 1 and sum(chunk.chars for chunk in chunks) > MAX_BATCH_CHARS:
+            value = None
+        else:
+            value = (
+                EmbedBatchV1(
+                    organization_id=batch.organization_id,
+                    source_id=batch.source_id,
+                    generation=batch.generation,
+                    embedding_model=batch.model,
+                    chunks=chunks,
+                )
+                .model_dump_json()
+                .encode()
+            )
+            if len(value) <= self.max_record_bytes:
+                return [value]
+            if len(chunks) == 1:
+                raise Unstorable(
+                    f"the document cannot be stored: its passage {chunks[0].ordinal} makes a "
+                    f"record of {len(value):,} bytes, over the {self.max_record_bytes:,}-byte "
+                    "limit of the broker"
+                )
+        half = len(chunks) // 2
+        return self._cut(batch, chunks[:half]) + self._cut(batch, chunks[half:])
+
+    async def publish(self, key: bytes, value: bytes) -> None:
         await self.publisher.publish(
             self.embed_topic,
-            message.model_dump_json().encode(),
-            key=str(batch.source_id).encode(),
+            value,
+            key=key,
             # the upload's span: the embedding group continues its trace, to the last batch
             headers=[("content-type", b"application/json"), *trace_headers()],
         )
