@@ -175,10 +175,9 @@ class DefaultContextBuilder:
             if isinstance(result, asyncio.CancelledError):
                 raise result  # a read cancelled from outside the builder: no brief
             if isinstance(result, BaseException):
-                reason = _reason(result)
-                _log_failure(spec.name, reason, spec.required)
+                _log_failure(spec.name, _reason(result), spec.required)
                 if spec.required:
-                    required.append((spec.name, reason))
+                    required.append((spec.name, _told(result)))
                 else:
                     failed.append(self._failed_read(spec, result))
                 continue
@@ -291,6 +290,18 @@ def _log_failure(name: str, reason: str, required: bool) -> None:
 
 
 def _reason(error: BaseException) -> str:
+    """What the log says of a failed read: the whole error."""
     if isinstance(error, TimeoutError):
         return "timed out"
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
+def _told(error: BaseException) -> str:
+    """What the caller is told of a failed required read: what the manifest says of one, the
+    builder's own words or the error's class, never its text (a database's error names its
+    tables, columns and values)."""
+    if isinstance(error, SourceFailure):
+        return str(error)
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    return f"failed ({type(error).__name__})"

@@ -137,10 +137,12 @@ class BuildHandler:
             )
         except Exception as error:  # a bug in a builder must not stall the partition
             log.exception("build failed for correlation id %s", correlation_id)
-            return BuildReplyV1.failed(
+            return BuildReplyV1.failed(  # the class, never the text: the log has that
                 correlation_id,
                 ErrorInfo(
-                    code="internal_error", message=printable(f"{type(error).__name__}: {error}")
+                    code="internal_error",
+                    message=f"the build failed ({type(error).__name__}); the service's log "
+                    "has the detail under this correlation id",
                 ),
             )
         self.metrics.brief(brief)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from collections import deque
 from typing import Any, Protocol
 from uuid import UUID
@@ -40,6 +41,8 @@ from contextcore.refs import parse_uuid
 from schemas.context import ResourceRef, make_subject_key
 from schemas.errors import ContextcoreError
 from schemas.memory import NAMESPACES, Answer, Invoker, MemoryCandidate, Refusal
+
+log = logging.getLogger("contextcore.memory")
 
 
 class MemoryContention(ContextcoreError):
@@ -102,11 +105,14 @@ class JournalRefused(ContextcoreError):
 
 class ConstraintBroken(JournalRefused):
     """A write breaks a rule no retry changes (an organization that does not exist, a value
-    past a constraint). ``constraint`` names it."""
+    past a constraint). ``constraint`` names it for the logs; the message is what the caller
+    is told, and never names the database's own objects."""
 
-    def __init__(self, constraint: str) -> None:
+    def __init__(
+        self, constraint: str, message: str = "the memory store refuses this write"
+    ) -> None:
         self.constraint = constraint
-        super().__init__(f"the database refused the write: {constraint}")
+        super().__init__(message)
 
 
 class LostTheRace(JournalRefused):
@@ -228,6 +234,7 @@ class MemoryService:
                 (answer,) = await self._transaction([write])
             except ConstraintBroken as error:
                 # Nothing was written or journaled; no retry will change it.
+                log.warning("memory write refused by %s", error.constraint)
                 return Refusal(reason="invalid_input", message=str(error), journaled=False)
             except WrittenConcurrently as error:
                 if attempt == 1:

@@ -107,6 +107,10 @@ class PostgresMemoryJournal:
                 return await apply(conn, writes)
         except asyncpg.IntegrityConstraintViolationError as error:
             constraint = getattr(error, "constraint_name", None) or type(error).__name__
+            if isinstance(error, asyncpg.ForeignKeyViolationError) and constraint.endswith(
+                "_organization_id_fkey"  # every organization reference, named by PostgreSQL
+            ):
+                raise ConstraintBroken(constraint, "no such organization") from error
             raise ConstraintBroken(constraint) from error
         except asyncpg.PostgresError as error:
             if error.sqlstate == LOST_THE_RACE:

@@ -123,7 +123,7 @@ async def test_a_refused_batch_is_applied_one_write_at_a_time() -> None:
     assert isinstance(c, Written)
     assert b == Refusal(  # a rule no retry changes: answered, and counted apart
         reason="invalid_input",
-        message="the database refused the write: memories_text_len",
+        message="the memory store refuses this write",  # the constraint's name is logged only
         journaled=False,
     )
 
