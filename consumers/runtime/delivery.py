@@ -56,7 +56,7 @@ from broker.topics import dead_letter_topic
 from broker.tracing import trace_headers
 from consumers.runtime import logs, tracing
 from consumers.runtime.gate import SoloGate
-from consumers.runtime.journal import NoJournal, StartJournal
+from consumers.runtime.journal import NoJournal, Start, StartJournal
 from consumers.runtime.letters import dead_letter
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
@@ -360,7 +360,8 @@ class Delivery:
             wait_s = min((not_before - self.wall_ms()) / 1000, scheduled)
             if wait_s > 0:
                 await self.sleep(wait_s)
-        prior = await self.journal.started(record.position)
+        start = Start.of(record)  # the journal counts these bytes at this position, no others
+        prior = await self.journal.started(start)
         if not prior.suspect:
             async with self._gate.shared():
                 await self._settle(record)
@@ -377,15 +378,15 @@ class Delivery:
                 await self._give_up(record, DeadLetter("crashed_the_consumer", reason))
                 self._outcomes["dead_letter"].inc()
             else:
-                await self.journal.solo_started(record.position)
+                await self.journal.solo_started(start)
                 try:
                     await self._settle(record)
                 except asyncio.CancelledError:  # a drain, not a crash: the start is taken back
-                    await asyncio.shield(self.journal.solo_finished(record.position))
+                    await asyncio.shield(self.journal.solo_finished(start))
                     raise
             self._finished(record, tracker)
             await self._flush_commits()  # committed before the next suspect runs
-            await self.journal.solo_finished(record.position)
+            await self.journal.solo_finished(start)
 
     async def _settle(self, record: Inbound) -> None:
         """Handle ``record`` and publish its outcome, inside the record's span (its trace is

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from broker.topics import TopicSpec
 from consumers.runtime.delivery import PublishError
-from consumers.runtime.journal import Prior
+from consumers.runtime.journal import Prior, Start
 from consumers.runtime.records import Inbound, Position
 from consumers.runtime.tracker import TopicPartition
 from consumers.runtime.transport import Rebalance
@@ -291,27 +291,38 @@ class MemoryTransport:
 
 class MemoryStartJournal:
     """The start journal's rules (consumers/runtime/journal.py) on a dict: a start counts, a
-    suspect's solo start counts until it finishes, a commit forgets what lies below it."""
+    suspect's solo start counts until it finishes, a commit forgets what lies below it, and what
+    is known at a position counts only for the digest it was counted for (another digest's start
+    begins the count again; its solo start or finish changes nothing)."""
 
     available = True
 
     def __init__(self) -> None:
+        self.digests: dict[Position, bytes] = {}
         self.starts: dict[Position, int] = {}
         self.solo: dict[Position, int] = {}
 
-    async def started(self, position: Position) -> Prior:
-        before = self.starts.get(position, 0)
-        self.starts[position] = before + 1
-        return Prior(before, self.solo.get(position, 0))
+    async def started(self, position: Start) -> Prior:
+        at = position.position
+        if self.digests.get(at) != position.digest:
+            self.digests[at], self.starts[at], self.solo[at] = position.digest, 0, 0
+        before = self.starts[at]
+        self.starts[at] = before + 1
+        return Prior(before, self.solo[at])
 
-    async def solo_started(self, position: Position) -> None:
-        self.solo[position] = self.solo.get(position, 0) + 1
+    async def solo_started(self, position: Start) -> None:
+        self._solo(position, 1)
 
-    async def solo_finished(self, position: Position) -> None:
-        self.solo[position] = max(self.solo.get(position, 0) - 1, 0)
+    async def solo_finished(self, position: Start) -> None:
+        self._solo(position, -1)
+
+    def _solo(self, position: Start, change: int) -> None:
+        at = position.position
+        if self.digests.get(at) == position.digest:
+            self.solo[at] = max(self.solo[at] + change, 0)
 
     async def forget(self, positions: Mapping[TopicPartition, int]) -> None:
-        for known in (self.starts, self.solo):
+        for known in (self.digests, self.starts, self.solo):
             for position in list(known):
                 committed = positions.get((position.topic, position.partition))
                 if committed is not None and position.offset < committed:

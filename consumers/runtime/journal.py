@@ -4,7 +4,8 @@ A record's retry count travels in its headers (``records.py``), but a record tha
 process (a parser that exhausts memory, a native crash, the OOM killer) dies before any count is
 written, and its committed offset stays on it: without a count kept outside the process it
 crash-loops for ever and stalls its partition. So before a handler runs, the runtime writes the
-start here (migration 00016), keyed by group, topic, partition and offset:
+start here (migrations 00016, 00036), keyed by group, topic, partition and offset, and bound to
+the record's content by its digest (:func:`record_digest`):
 
 1. Every start adds one to ``starts``. A record whose earlier start left no outcome (``starts``
    was already 1 or more) is a *suspect*: it may have killed its process, or merely shared the
@@ -15,10 +16,19 @@ start here (migration 00016), keyed by group, topic, partition and offset:
 3. A suspect that already died alone ``max_crashes`` times is dead-lettered
    (``crashed_the_consumer``) and the partition moves on.
 
+A row counts for a record only while it holds that record's digest: a start of other bytes at
+its position resets it (a first start), and a solo start or finish of other bytes changes
+nothing. So a row written before its record existed (the runtime login could plant any, issue
+32) can neither make the record a suspect nor count crashes for it: nobody knew its bytes yet.
+The runtime login reaches the table only through narrow functions (migration 00036) and cannot
+read it, so it cannot learn the digests of the records in flight either. What it can still do
+is delete or reset rows, which only lets a record that took its process down run again: the
+direction the journal fails in anyway.
+
 The journal fails open: when PostgreSQL does not answer within ``timeout_s``, the record starts
 uncounted (``available`` turns false, so ``/readyz`` says not ready); a build must not stop
 because the bookkeeping of crashes is down. Starts of the records that begin together are
-written in one statement. Rows below a committed position are deleted at most once every
+written in one statement per topic. Rows below a committed position are deleted at most once every
 ``forget_delay_s`` (one statement for every commit meanwhile): a row the delete has not reached
 yet is below its partition's committed offset, so no delivery reads it, and the first commit of
 whichever process holds the partition next deletes it. Its pool's connections are the service
@@ -30,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,11 +49,44 @@ from typing import Protocol
 
 import asyncpg
 
-from consumers.runtime.records import Position
+from consumers.runtime.records import Inbound, Position
 from consumers.runtime.tracker import TopicPartition
 from contextcore.storage.tenancy import SERVICE_ROLE, service_role
 
 log = logging.getLogger("contextcore.journal")
+
+
+def record_digest(key: bytes | None, value: bytes | None) -> bytes:
+    """sha256 over a record's key and value, each framed as absent (``00``) or present (``01``,
+    its length in 8 bytes, its bytes): no two (key, value) pairs frame alike, so no bytes moved
+    from one part to the other, nor a missing key taken for an empty one, give another's digest.
+    """
+    h = hashlib.sha256()
+    for part in (key, value):
+        if part is None:
+            h.update(b"\x00")
+        else:
+            h.update(b"\x01" + len(part).to_bytes(8, "big"))
+            h.update(part)
+    return h.digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Start(Position):
+    """A record's position and the digest of its key and value: what the journal counts a start
+    of. A :class:`Position` (it prints as one), so a port that counts by position alone still
+    takes it."""
+
+    digest: bytes
+
+    @classmethod
+    def of(cls, record: Inbound) -> Start:
+        digest = record_digest(record.key, record.value)
+        return cls(record.topic, record.partition, record.offset, digest)
+
+    @property
+    def position(self) -> Position:
+        return Position(self.topic, self.partition, self.offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,13 +104,16 @@ class Prior:
 
 
 class StartJournal(Protocol):
-    async def started(self, position: Position) -> Prior:
-        """Count a start of the record at ``position``; what was known before it."""
+    """A record is named by its :class:`Start`: what is known at its position counts for it only
+    when it was counted for the same digest."""
 
-    async def solo_started(self, position: Position) -> None:
+    async def started(self, position: Start) -> Prior:
+        """Count a start of the record; what was known of it before."""
+
+    async def solo_started(self, position: Start) -> None:
         """Count a start of a suspect running alone."""
 
-    async def solo_finished(self, position: Position) -> None:
+    async def solo_finished(self, position: Start) -> None:
         """Take back the solo start of a suspect that reached its outcome."""
 
     async def forget(self, positions: Mapping[TopicPartition, int]) -> None:
@@ -92,50 +139,47 @@ class NoJournal:
     async def check(self) -> bool:
         return True
 
-    async def started(self, position: Position) -> Prior:
+    async def started(self, position: Start) -> Prior:
         return Prior()
 
-    async def solo_started(self, position: Position) -> None:
+    async def solo_started(self, position: Start) -> None:
         pass
 
-    async def solo_finished(self, position: Position) -> None:
+    async def solo_finished(self, position: Start) -> None:
         pass
 
     async def forget(self, positions: Mapping[TopicPartition, int]) -> None:
         pass
 
 
+# Each statement calls a function of migration 00036, the service role's only way to
+# delivery_starts; the rules (a row counts for one digest only, what a NULL does) live there.
+
 STARTED = """
--- journal.started: count one start of each record; returns the counts including it (an insert
--- is a first start: starts = 1).
-INSERT INTO delivery_starts AS d (consumer_group, topic, "partition", "offset")
-SELECT $1, $2, r.p, r.o FROM unnest($3::integer[], $4::bigint[]) AS r(p, o)
-ON CONFLICT (consumer_group, topic, "partition", "offset") DO UPDATE
-SET starts = d.starts + 1, last_started_at = now()
-RETURNING "partition", "offset", starts, solo_starts
+-- journal.started: count one start of each record of one topic ($3, $4: positions; $5: their
+-- digests); the counts including it. A row of another digest was reset: a first start.
+SELECT "partition", "offset", starts, solo_starts
+FROM contextcore_journal_started($1, $2, $3::integer[], $4::bigint[], $5::bytea[])
 """
 
 SOLO = """
--- journal.solo: a suspect starts alone ($5 = 1) or finished alone ($5 = -1).
-UPDATE delivery_starts SET solo_starts = greatest(solo_starts + $5, 0), last_started_at = now()
-WHERE consumer_group = $1 AND topic = $2 AND "partition" = $3 AND "offset" = $4
+-- journal.solo: a suspect starts alone ($6 = 1) or finished alone ($6 = -1), on the row of its
+-- digest ($5) only.
+SELECT contextcore_journal_solo($1, $2, $3, $4, $5, $6)
 """
 
 FORGET = """
 -- journal.forget: the records below each committed position will not be delivered again.
-DELETE FROM delivery_starts d
-USING unnest($3::integer[], $4::bigint[]) AS c(p, committed)
-WHERE d.consumer_group = $1 AND d.topic = $2 AND d."partition" = c.p
-  AND d."offset" < c.committed
+SELECT contextcore_journal_forget($1, $2, $3::integer[], $4::bigint[])
 """
-
 
 PRUNE = """
--- journal.prune: rows no commit reached for a long time (a group or a topic that is gone).
-DELETE FROM delivery_starts WHERE ctid IN (
-    SELECT ctid FROM delivery_starts WHERE last_started_at < now() - $1::interval LIMIT $2
-)
+-- journal.prune: rows no start touched for a long time (a group or a topic that is gone).
+SELECT contextcore_journal_prune($1::interval, $2)
 """
+
+STARTS_PER_STATEMENT = 10_000
+"""The most starts the function takes in one call (``max_in_flight`` is at most as many)."""
 
 
 async def prune(
@@ -143,8 +187,8 @@ async def prune(
 ) -> int:
     """Delete up to ``batch`` rows last started before ``older_than``; how many went."""
     async with service_role(conn, role=role):
-        status: str = await conn.execute(PRUNE, older_than, batch)
-    return int(status.rsplit(" ", 1)[-1])
+        removed: int = await conn.fetchval(PRUNE, older_than, batch)
+    return removed
 
 
 class PostgresJournal:
@@ -165,12 +209,12 @@ class PostgresJournal:
         self.timeout_s = timeout_s
         self.forget_delay_s = forget_delay_s
         self.available = True
-        self._queued: dict[Position, asyncio.Future[Prior]] = {}
+        self._queued: dict[Start, asyncio.Future[Prior]] = {}
         self._flush: asyncio.Task[None] | None = None
         self._committed: dict[TopicPartition, int] = {}
         self._forgetting: asyncio.Task[None] | None = None
 
-    async def started(self, position: Position) -> Prior:
+    async def started(self, position: Start) -> Prior:
         future = self._queued.get(position)
         if future is None:
             future = self._queued[position] = asyncio.get_running_loop().create_future()
@@ -195,33 +239,37 @@ class PostgresJournal:
                 if not future.done():
                     future.set_result(known.get(position, Prior()))
 
-    async def _counts(self, positions: list[Position]) -> dict[Position, Prior]:
-        by_topic: dict[str, list[Position]] = {}
-        for position in positions:
-            by_topic.setdefault(position.topic, []).append(position)
-        known: dict[Position, Prior] = {}
+    async def _counts(self, starts: list[Start]) -> dict[Start, Prior]:
+        by_topic: dict[str, list[Start]] = {}
+        for start in starts:
+            by_topic.setdefault(start.topic, []).append(start)
+        known: dict[Start, Prior] = {}
         for topic, in_topic in by_topic.items():
-            rows = await self._run(
-                STARTED,
-                self.group,
-                topic,
-                [p.partition for p in in_topic],
-                [p.offset for p in in_topic],
-            )
-            for row in rows:
-                position = Position(topic, row["partition"], row["offset"])
-                known[position] = Prior(row["starts"] - 1, row["solo_starts"])
+            for first in range(0, len(in_topic), STARTS_PER_STATEMENT):
+                chunk = in_topic[first : first + STARTS_PER_STATEMENT]
+                rows = await self._run(
+                    STARTED,
+                    self.group,
+                    topic,
+                    [s.partition for s in chunk],
+                    [s.offset for s in chunk],
+                    [s.digest for s in chunk],
+                )
+                at = {(s.partition, s.offset): s for s in chunk}
+                for row in rows:  # each row holds its start's digest now
+                    start = at[row["partition"], row["offset"]]
+                    known[start] = Prior(row["starts"] - 1, row["solo_starts"])
         return known
 
-    async def solo_started(self, position: Position) -> None:
+    async def solo_started(self, position: Start) -> None:
         await self._solo(position, 1)
 
-    async def solo_finished(self, position: Position) -> None:
+    async def solo_finished(self, position: Start) -> None:
         await self._solo(position, -1)
 
-    async def _solo(self, position: Position, change: int) -> None:
+    async def _solo(self, start: Start, change: int) -> None:
         await self._run(
-            SOLO, self.group, position.topic, position.partition, position.offset, change
+            SOLO, self.group, start.topic, start.partition, start.offset, start.digest, change
         )
 
     async def forget(self, positions: Mapping[TopicPartition, int]) -> None:

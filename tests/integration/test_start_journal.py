@@ -1,6 +1,8 @@
 """The start journal on real PostgreSQL, as the runtime login (issue 17): starts counted across
 "processes", group commit under concurrency, solo starts taken back, committed rows forgotten,
-old rows pruned by the sweep beside the ledger's expired claims, and failing open."""
+old rows pruned by the sweep beside the ledger's expired claims, and failing open; a row counts
+only for the digest of the record it was counted for (issue 32; tests/integration/
+test_journal_planting.py plants rows the way an attacker would)."""
 
 from __future__ import annotations
 
@@ -11,8 +13,7 @@ import asyncpg
 import pytest
 
 from consumers.knowledge.sweep.app import Sweeper, SweepSettings
-from consumers.runtime.journal import PostgresJournal, Prior
-from consumers.runtime.records import Position
+from consumers.runtime.journal import PostgresJournal, Prior, Start, record_digest
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE
@@ -30,8 +31,9 @@ async def pool(database: Database) -> AsyncIterator[asyncpg.Pool]:
     await pool.close()
 
 
-def at(offset: int, partition: int = 0, topic: str = "t") -> Position:
-    return Position(topic, partition, offset)
+def at(offset: int, partition: int = 0, topic: str = "t", *, value: bytes = b"{}") -> Start:
+    """The start of a record of ``value`` at this position."""
+    return Start(topic, partition, offset, record_digest(None, value))
 
 
 async def test_starts_are_counted_across_processes_and_forgotten_once_committed(
@@ -56,6 +58,29 @@ async def test_starts_are_counted_across_processes_and_forgotten_once_committed(
     )
     assert [tuple(r) for r in rows] == [("g", 9), ("h", 7)]
     await again.close()
+
+
+async def test_a_row_counts_only_for_the_record_it_was_counted_for(
+    pool: asyncpg.Pool, admin: asyncpg.Connection
+) -> None:
+    """Another record's bytes at the same position (a row planted before the record existed, a
+    topic made again) start the count afresh; its solo starts change nothing of the row."""
+    journal = PostgresJournal(pool, group="g")
+    mine, other = at(7), at(7, value=b"other")
+    assert await journal.started(mine) == Prior(0, 0)
+    await journal.solo_started(mine)
+    assert await journal.started(mine) == Prior(1, 1)
+    await journal.solo_started(other)  # not its row: nothing changes
+    await journal.solo_finished(other)
+    assert await journal.started(mine) == Prior(2, 1)
+    assert await journal.started(other) == Prior(0, 0)  # the row is the other's now
+    await journal.solo_started(mine)  # ... so this changes nothing either
+    assert await journal.started(other) == Prior(1, 0)
+    assert await journal.started(mine) == Prior(0, 0)
+    row = await admin.fetchrow("SELECT starts, solo_starts, digest FROM delivery_starts")
+    assert row is not None
+    assert tuple(row) == (1, 0, mine.digest)
+    await journal.close()
 
 
 async def test_commits_are_forgotten_together_after_the_delay_and_on_close(
