@@ -71,8 +71,10 @@ async def test_a_row_counts_only_for_the_record_it_was_counted_for(
     await journal.solo_started(mine)
     assert await journal.started(mine) == Prior(1, 1)
     await journal.solo_started(other)  # not its row: nothing changes
-    await journal.solo_finished(other)
     assert await journal.started(mine) == Prior(2, 1)
+    await journal.solo_finished(other)
+    await journal.solo_finished(other)
+    assert await journal.started(mine) == Prior(3, 1)
     assert await journal.started(other) == Prior(0, 0)  # the row is the other's now
     await journal.solo_started(mine)  # ... so this changes nothing either
     assert await journal.started(other) == Prior(1, 0)

@@ -54,5 +54,7 @@ async def test_a_row_of_other_bytes_neither_makes_a_suspect_nor_counts_its_crash
     await journal.solo_started(record)
     await journal.solo_finished(planted)
     assert await journal.started(record) == Prior(2, 1)
+    assert await journal.started(planted) == Prior(0, 0)  # one row a position: it was reset
+    assert await journal.started(record) == Prior(0, 0)
     await journal.forget({("t", 0): 6})
     assert await journal.started(record) == Prior(0, 0)
