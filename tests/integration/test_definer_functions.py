@@ -377,6 +377,8 @@ class Definer:
     """Why an answer may reach across tenants by design, or why the call is always refused."""
 
 
+DIGEST = "\\x" + "ab" * 32
+"""A start journal digest (32 bytes), as bytea text."""
 WORD_COUNTS = "knowledge_word_counts(uuid,boolean,boolean,text,tsquery[])"
 WORD_CANDIDATES = (
     "knowledge_word_candidates(uuid,boolean,boolean,text,tsquery,tsquery[],double precision[],"
@@ -458,6 +460,30 @@ DEFINERS: dict[str, Definer] = {
     "contextcore_fail_stale_knowledge(interval,integer)": Definer(
         lambda v: [("1 hour", "100"), ("-1000 years", "1000")],
         why="across tenants by design (the sweep); B's pending source is fresh",
+    ),
+    "contextcore_journal_forget(text,text,integer[],bigint[])": Definer(
+        lambda v: [("contextcore-build", "contextcore.build-request", "{0,1}", "{9,9}")],
+        why="the start journal: infrastructure, no tenant's row (00036)",
+    ),
+    "contextcore_journal_prune(interval,integer)": Definer(
+        lambda v: [("1 week", "100")], counts, why="the start journal (00036): a count"
+    ),
+    "contextcore_journal_solo(text,text,integer,bigint,bytea,integer)": Definer(
+        lambda v: [("contextcore-build", "contextcore.build-request", "0", "5", DIGEST, "1")],
+        why="the start journal (00036)",
+    ),
+    "contextcore_journal_started(text,text,integer[],bigint[],bytea[])": Definer(
+        lambda v: [
+            (
+                "contextcore-build",
+                "contextcore.build-request",
+                "{0}",
+                "{5}",
+                '{"' + DIGEST.replace("\\", "\\\\") + '"}',
+            )
+        ],
+        counts,
+        why="the start journal (00036): the counts of the rows the call wrote, no tenant's",
     ),
     "contextcore_knowledge_followers_not_ready(text)": Definer(
         lambda v: [(DEFAULT_MODEL,), ("test/another-model",)], platform_count
