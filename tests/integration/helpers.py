@@ -176,7 +176,8 @@ class Librdkafka:
     """A synchronous librdkafka (confluent-kafka) client, as a foreign service would use one:
     it publishes records and reads one reply topic from its beginning."""
 
-    def __init__(self, bootstrap: str, reply_topic: str) -> None:
+    def __init__(self, bootstrap: str, reply_topic: str, *, max_bytes: int = 2_000_000) -> None:
+        """``max_bytes``: the largest record it sends (a foreign producer sets its own)."""
         from confluent_kafka import (
             OFFSET_BEGINNING,
             Consumer,
@@ -197,7 +198,7 @@ class Librdkafka:
             if "already exists" not in str(error).lower():
                 raise
         self.producer = Producer(
-            {"bootstrap.servers": bootstrap, "linger.ms": 0, "message.max.bytes": 2_000_000}
+            {"bootstrap.servers": bootstrap, "linger.ms": 0, "message.max.bytes": max_bytes}
         )
         self.reader = Consumer(
             {

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, upload_topics
 from contextcore.knowledge.encoder import DEFAULT_MODEL
-from tests.integration.helpers import Librdkafka, free_port, read_json
+from tests.integration.helpers import Librdkafka, free_port, read_json, status_mb
 from tests.integration.test_poison_records import json_values, text_of
 from tests.services import Config, StartConsumer
 
@@ -195,11 +195,45 @@ async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
     assert "Traceback" not in consumer.log()
 
 
+EMBED_MEMORY_MB = 1_536
+"""The embedding consumer's documented memory (k8s/embed-consumer.yaml's limit)."""
+
+
+@st.composite
+def memory_batch(draw: st.DrawFn, source: str) -> dict[str, Any]:
+    """A batch aimed at the encoder's memory: many chunks of long texts of one-piece
+    characters, within the wire's bounds or past them (the reviewer's was 64 chunks of
+    100,000 ``!``: 6.4 MB, 1.7 GB of tokenizer state)."""
+    count = draw(st.integers(1, 512))
+    length = draw(st.integers(1, 120_000))
+    letter = draw(st.sampled_from(["!", "\u4e00", "a", "x "]))
+    text = (letter * length)[:length] or "!"
+    chunks = [
+        {"ordinal": i, "section": "s" * draw(st.sampled_from([1, 4_000])), "text": text,
+         "tokens": 3}
+        for i in range(count)
+    ]  # fmt: skip
+    return {
+        "organization_id": str(ORG),
+        "source_id": source,
+        "generation": 1,
+        "embedding_model": DEFAULT_MODEL,
+        "chunks": chunks,
+    }
+
+
 @st.composite
 def poison_batch(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(["bytes", "value", "stale", "deep", "huge", "surrogate"]))
+    kind = draw(st.sampled_from(["bytes", "value", "stale", "deep", "huge", "surrogate", "memory"]))
     if kind == "bytes":
         return draw(st.binary(min_size=1, max_size=2_000))
+    if kind == "memory":  # for a source that does not exist: encoded, then nothing stored
+        aimed = draw(memory_batch(str(uuid.uuid4())))
+        value = json.dumps(aimed).encode()
+        while len(value) > 8_000_000:  # what the test's client sends at most
+            aimed["chunks"] = aimed["chunks"][: len(aimed["chunks"]) // 2]
+            value = json.dumps(aimed).encode()
+        return value
     batch: dict[str, Any] = {
         "organization_id": str(ORG),
         "source_id": str(uuid.uuid4()),
@@ -247,7 +281,9 @@ async def test_fuzzed_embedding_batches_never_stall_a_partition(
     )
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     consumer = await start_consumer(config, consumer="embed")
-    client = await asyncio.to_thread(Librdkafka, config.bootstrap, config.reply_topic("unused"))
+    client = await asyncio.to_thread(
+        Librdkafka, config.bootstrap, config.reply_topic("unused"), max_bytes=10_000_000
+    )
     genuine = 0
 
     def stored() -> int:
@@ -257,7 +293,11 @@ async def test_fuzzed_embedding_batches_never_stall_a_partition(
             ).result(10)
         )
 
-    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=60,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(st.data())
     def fuzz(data: st.DataObject) -> None:
         nonlocal genuine
@@ -272,7 +312,7 @@ async def test_fuzzed_embedding_batches_never_stall_a_partition(
         }
         client.send(config.topics.embed, json.dumps(batch).encode(), key)
         genuine += 1
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 180  # a batch of 512 long texts takes a while to encode
         while stored() < genuine:  # the genuine batch behind the poisoned one was stored
             assert time.monotonic() < deadline, "the partition stalled"
             time.sleep(0.02)
@@ -285,3 +325,5 @@ async def test_fuzzed_embedding_batches_never_stall_a_partition(
     assert consumer.process.returncode is None
     assert await admin.fetchval("SELECT chunks_stored FROM knowledge_source_models") == genuine
     assert "Traceback" not in consumer.log()
+    peak = status_mb(consumer.process.pid, "VmHWM")
+    assert peak < EMBED_MEMORY_MB, f"the embedding consumer peaked at {peak:.0f} MB"
