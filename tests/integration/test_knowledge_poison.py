@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, upload_topics
 from contextcore.knowledge.encoder import DEFAULT_MODEL
-from tests.integration.helpers import Librdkafka, free_port, read_json, status_mb
+from tests.integration.helpers import Librdkafka, free_port, read_json, status_mb, until_true
 from tests.integration.test_poison_records import json_values, text_of
 from tests.services import Config, StartConsumer
 
@@ -263,22 +263,7 @@ async def test_fuzzed_embedding_batches_never_stall_a_partition(
     config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
 ) -> None:
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'F')", ORG)
-    source = uuid.uuid4()
-    await admin.execute(
-        "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
-        " status, pending_since, upload_key) VALUES ($1, $2, 'inline', 'Long', 'docs://long',"
-        " 'text/plain', 'pending', now(), 'k')",
-        source,
-        ORG,
-    )
-    await admin.execute(
-        "INSERT INTO knowledge_source_models (organization_id, source_id, embedding_model,"
-        " generation, chunk_count, status, pending_since) VALUES ($1, $2, $3, 1, 10000,"
-        " 'pending', now())",
-        ORG,
-        source,
-        DEFAULT_MODEL,
-    )
+    source = await pending_source(admin, chunks=10_000)
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     consumer = await start_consumer(config, consumer="embed")
     client = await asyncio.to_thread(
@@ -327,3 +312,79 @@ async def test_fuzzed_embedding_batches_never_stall_a_partition(
     assert "Traceback" not in consumer.log()
     peak = status_mb(consumer.process.pid, "VmHWM")
     assert peak < EMBED_MEMORY_MB, f"the embedding consumer peaked at {peak:.0f} MB"
+
+
+@pytest.mark.timeout(600)
+async def test_batches_aimed_at_the_encoders_memory_keep_it_under_its_limit(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    """The reviewer's batch, 64 chunks of 100,000 ``!`` (6.4 MB), took the embedding consumer
+    past 1,536 MB three times; the largest batch the wire still takes aimed at the same memory
+    (15 chunks of 65,536 ``!``, under 1,000,000 characters), and 512 chunks of the longest text
+    a chunk of ours holds, are encoded within it. A genuine batch behind them is stored."""
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'F')", ORG)
+    source = await pending_source(admin, chunks=1)
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    consumer = await start_consumer(config, consumer="embed")
+    client = await asyncio.to_thread(
+        Librdkafka, config.bootstrap, config.reply_topic("unused"), max_bytes=10_000_000
+    )
+
+    def batch(source_id: uuid.UUID, count: int, text: str) -> bytes:
+        chunks = [{"ordinal": i, "section": "s", "text": text, "tokens": 3} for i in range(count)]
+        return json.dumps(
+            {
+                "organization_id": str(ORG),
+                "source_id": str(source_id),
+                "generation": 1,
+                "embedding_model": DEFAULT_MODEL,
+                "chunks": chunks,
+            }
+        ).encode()
+
+    nowhere = uuid.uuid4()  # no such source: encoded, then nothing stored
+    values = [
+        batch(nowhere, 64, "!" * 100_000),
+        batch(nowhere, 15, "!" * 65_536),
+        batch(nowhere, 512, "!" * 1_950),
+        batch(source, 1, "a genuine passage"),
+    ]
+    try:
+        for value in values:
+            await asyncio.to_thread(client.send, config.topics.embed, value, b"k")
+    finally:
+        await asyncio.to_thread(client.close)
+
+    async def stored() -> bool:
+        return bool(await admin.fetchval("SELECT chunks_stored = 1 FROM knowledge_source_models"))
+
+    await until_true(stored, timeout=300)
+    letters = await read_json(config.bootstrap, dead_letter_topic(config.topics.embed), until=1)
+    assert [letter["cause"] for letter in letters] == ["invalid"]  # over the wire's bounds
+    assert consumer.process.returncode is None
+    peak = status_mb(consumer.process.pid, "VmHWM")
+    print(f"the embedding consumer's peak: {peak:.0f} MB")
+    assert peak < EMBED_MEMORY_MB, f"the embedding consumer peaked at {peak:.0f} MB"
+
+
+async def pending_source(admin: asyncpg.Connection, *, chunks: int) -> uuid.UUID:
+    """A source of ORG pending under the default model, expecting ``chunks`` chunks."""
+    source = uuid.uuid4()
+    await admin.execute(
+        "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"
+        " status, pending_since, upload_key) VALUES ($1, $2, 'inline', 'Long', $3,"
+        " 'text/plain', 'pending', now(), 'k')",
+        source,
+        ORG,
+        f"docs://{source}",
+    )
+    await admin.execute(
+        "INSERT INTO knowledge_source_models (organization_id, source_id, embedding_model,"
+        " generation, chunk_count, status, pending_since) VALUES ($1, $2, $3, 1, $4,"
+        " 'pending', now())",
+        ORG,
+        source,
+        DEFAULT_MODEL,
+        chunks,
+    )
+    return source

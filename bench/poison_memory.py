@@ -1,0 +1,110 @@
+"""What one hostile record can make a process hold: chunking and encoding, before and now.
+
+    python -m bench.poison_memory
+
+Each case runs in a fresh process (its peak RSS is its own), two ways in one run:
+
+* ``chunk``: the section 8 MB of ``<p>x</p>`` becomes (two million characters, one piece per
+  ``x``), chunked for the default model. ``before``: the whole text tokenized at once, as the
+  chunker did until issue 32 (its offsets and word ids, which the windows read); ``now``:
+  :func:`contextcore.knowledge.chunk.chunk`, which tokenizes 16 KB at a time.
+* ``encode``: the reviewer's embedding batch, 64 chunks of 100,000 ``!`` (the wire now refuses
+  it: a chunk holds at most 65,536 characters), and the largest batch the wire still takes
+  aimed at the same memory, 15 chunks of 65,536 ``!``, through
+  :class:`~contextcore.knowledge.encoder.SentenceTransformerEncoder` (the embedding consumer's).
+  ``before``: with the cut before tokenizing disabled and every text tokenized at once, as until
+  issue 32; ``now``: as shipped. The model's own memory is in both.
+
+Prints peak RSS (MB) and CPU seconds per case, and the CPU's flags (state them beside the
+figures: docs/knowledge.md).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+CASES = ("chunk", "encode-64x100000", "encode-15x65536")
+
+
+def run(case: str, how: str) -> dict[str, Any]:
+    started = time.process_time()
+    if case == "chunk":
+        from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer, chunk
+        from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+        from contextcore.knowledge.extract import Section
+
+        tokenizer = WordPieceTokenizer(default_model_path(DEFAULT_MODEL))
+        text = " ".join(["x"] * 1_000_000)
+        started = time.process_time()
+        if how == "before":
+            encoding = tokenizer._tokenizer.encode(text, add_special_tokens=False)
+            pieces = (encoding.offsets, encoding.word_ids)
+            count = len(pieces[0])
+        else:
+            count = len(chunk("X", [Section((), [text])], tokenizer, ChunkSettings()))
+    else:
+        from contextcore.knowledge import encoder as module
+        from contextcore.knowledge.settings import KnowledgeSettings
+
+        chunks, length = (64, 100_000) if case == "encode-64x100000" else (15, 65_536)
+        loaded = KnowledgeSettings().load_encoder()
+        assert isinstance(loaded, module.SentenceTransformerEncoder)
+        if how == "before":
+            loaded.max_chars = 10**9
+            module.TOKENIZE_AT_ONCE = 10**6
+        started = time.process_time()
+        count = len(loaded.encode(["!" * length] * chunks))
+    return {
+        "count": count,
+        "cpu_s": time.process_time() - started,
+        "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def in_child(case: str, how: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.poison_memory", "--child", case, how],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        return {"failed": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--child":
+        print(json.dumps(run(sys.argv[2], sys.argv[3])))
+        return
+    print(f"CPU flags: {cpu_flags()}")
+    print(f"{'case':<18} {'before':>28} {'now':>28}")
+    for case in CASES:
+        figures = [in_child(case, how) for how in ("before", "now")]
+        print(f"{case:<18} " + " ".join(f"{figure(f):>28}" for f in figures))
+
+
+def figure(result: dict[str, Any]) -> str:
+    if "failed" in result:
+        return f"failed: {result['failed'][0][:20]}"
+    return f"{result['peak_mb']:,.0f} MB, {result['cpu_s']:.1f} s CPU"
+
+
+def cpu_flags() -> str:
+    wanted = ("avx512_bf16", "amx_bf16", "amx_tile", "avx512f", "avx2")
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = next(line for line in info if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    return ", ".join(f for f in wanted if f in flags) or "none of " + ", ".join(wanted)
+
+
+if __name__ == "__main__":
+    main()
