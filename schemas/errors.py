@@ -51,15 +51,25 @@ here and derives from the root.
 Every error carries a message that fits on one line: each command-line entry point runs through
 :func:`run_command`, which prints ``<prog>: <message>`` (one line per problem of a
 ``SchemaError``) and returns :func:`exit_code`. Never a traceback for an error we expect.
+
+A settings group that cannot be read from the environment fails in pydantic-settings, with its
+``ValidationError`` (a value out of range, not a number, a rule between two values) or its
+``SettingsError`` (a JSON value that does not parse), never one of ours: :func:`setting_error`
+turns either into the ``ConfigurationError`` it stands for, one line naming each variable at
+fault, so a malformed setting exits 2 as a missing one does. A ``ValidationError`` of any other
+model is invalid input (exit 1): a request, a policy, a reply.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 
 class ContextcoreError(Exception):
@@ -150,7 +160,8 @@ EXIT_OK = 0
 EXIT_REFUSED = 1
 """The input or the service said no: an invalid file, an error reply, a schema mismatch."""
 EXIT_USAGE = 2
-"""The command cannot run as given: a usage error (argparse's own 2) or a missing setting."""
+"""The command cannot run as given: a usage error (argparse's own 2), or a setting missing or
+malformed."""
 EXIT_UNAVAILABLE = 3
 """The service could not be asked: the broker or database unreachable, no reply in time."""
 EXIT_INTERRUPTED = 130
@@ -168,9 +179,110 @@ _UNAVAILABLE_SQLSTATES = frozenset({"53300", "57P01", "57P02", "57P03"})
 there but will not take this command now (asyncpg's errors carry the code as ``sqlstate``)."""
 
 
+def _settings_classes() -> list[type[BaseModel]]:
+    """Every settings class imported so far (a class that raised an error has been): a model
+    whose configuration has an environment prefix, as pydantic-settings' ``BaseSettings`` gives
+    each. Found, not imported: the domain's logic imports this module, and no settings library
+    (the import contracts, pyproject.toml)."""
+    found: list[type[BaseModel]] = []
+    todo: list[type[BaseModel]] = [BaseModel]
+    while todo:
+        subclasses = todo.pop().__subclasses__()
+        found.extend(sub for sub in subclasses if "env_prefix" in sub.model_config)
+        todo.extend(subclasses)
+    return found
+
+
+def _is_settings_error(error: BaseException) -> bool:
+    """pydantic-settings' ``SettingsError``: a value it could not decode (JSON), before any
+    validation."""
+    return isinstance(error, ValueError) and any(
+        kind.__name__ == "SettingsError" and kind.__module__.startswith("pydantic_settings.")
+        for kind in type(error).__mro__
+    )
+
+
+def _variable(settings: type[BaseModel], field: str | int) -> str:
+    """The variable a field is read from: its group's prefix and its name (no field of ours has
+    an alias)."""
+    return f"{settings.model_config.get('env_prefix') or ''}{field}".upper()
+
+
+_FIELD = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b")
+"""A field's name in a rule's message: a word with an underscore (``session_timeout_ms``), so
+that English words are never taken for one-word fields (``model``)."""
+
+
+def _setting_problem(settings: type[BaseModel], problem: ErrorDetails) -> str:
+    """One problem of a settings group, in words that name its variable. Never the value: a
+    database URL holds a password."""
+    location = problem["loc"]
+    context = problem.get("ctx") or {}
+    if problem["type"] == "value_error" and "error" in context:
+        message = str(context["error"])  # a validator's own words, without "Value error, "
+    else:
+        message = problem["msg"]
+    if not location:  # a rule between fields: the fields it names, as their variables
+        named = _FIELD.sub(
+            lambda word: (
+                _variable(settings, word[0]) if word[0] in settings.model_fields else word[0]
+            ),
+            message,
+        )
+        return named if named != message else f"{_variable(settings, '*')}: {message}"
+    variable = _variable(settings, location[0])
+    if problem["type"] == "missing":
+        return f"{variable} is not set"
+    inner = f" at {field_path(location[1:])}" if len(location) > 1 else ""
+    return f"{variable} is malformed{inner}: {message}"
+
+
+_UNPARSED = re.compile(r'error (?:parsing|getting) value for field "([^"]+)"')
+"""How pydantic-settings' ``SettingsError`` names the field it could not decode."""
+
+
+def _unparsed_variable(error: BaseException) -> str:
+    """The variable a ``SettingsError`` is about: its field's, among those set (a field of that
+    name in two groups, both set: either)."""
+    named = _UNPARSED.search(str(error))
+    if named is None:
+        return "a setting"
+    field = named.group(1)
+    variables = sorted(
+        {
+            _variable(settings, field)
+            for settings in _settings_classes()
+            if field in settings.model_fields and _variable(settings, field) in os.environ
+        }
+    )
+    return " or ".join(variables) or f"the setting {field}"
+
+
+def setting_error(error: BaseException) -> ConfigurationError | None:
+    """``error`` as the :class:`ConfigurationError` it stands for when a settings group could
+    not be read; ``None`` for any other error, an invalid input among them.
+
+    A ``ValidationError`` names its model (its ``title``); when that is a settings class, each
+    problem names its variable, all on one line. A ``SettingsError`` (a JSON value that does not
+    parse) names only its field: the variable is the one of that field set in the environment.
+    """
+    if isinstance(error, ValidationError):
+        groups = [group for group in _settings_classes() if group.__name__ == error.title]
+        if not groups:
+            return None
+        return ConfigurationError(
+            "; ".join(_setting_problem(groups[0], problem) for problem in error.errors())
+        )
+    if _is_settings_error(error):
+        reason = str(error.__cause__ or error) or type(error.__cause__).__name__
+        return ConfigurationError(f"{_unparsed_variable(error)} is malformed: {reason}")
+    return None
+
+
 def exit_code(error: BaseException) -> int:
     """The exit status for ``error``: a script can tell a refusal (retrying will not help)
     from an unavailable service (retrying later may) and from its own wrong invocation."""
+    error = setting_error(error) or error
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED
     if isinstance(error, InfrastructureUnavailable | ReplyTimeout | ConnectionError | TimeoutError):
@@ -187,6 +299,7 @@ def exit_code(error: BaseException) -> int:
 
 def error_lines(error: BaseException) -> list[str]:
     """What a command prints for ``error``: one line, or one per problem."""
+    error = setting_error(error) or error
     if isinstance(error, SchemaError):
         return list(error.problems)
     if isinstance(error, ValidationError):
@@ -201,14 +314,17 @@ def run_command(
     """Run a command's body and turn every expected error into lines on stderr and a status.
 
     ``expected`` names further error types the command reports the same way (``OSError`` for a
-    file it reads, the database driver's error for a command that runs SQL).
+    file it reads, the database driver's error for a command that runs SQL). A settings group
+    that cannot be read is reported whatever ``expected`` says (:func:`setting_error`).
     """
     reported: tuple[type[BaseException], ...] = (ContextcoreError, ValidationError, *expected)
     try:
         return body()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
-    except reported as error:
+    except Exception as error:
+        if not isinstance(error, reported) and not _is_settings_error(error):
+            raise
         for line in error_lines(error):
             print(f"{prog}: {line}", file=sys.stderr)
         return exit_code(error)

@@ -1,13 +1,32 @@
 """Every exception class of the packages joins the one root and is drawn in its tree
-(schemas/errors.py): read from the source, so no package has to be imported."""
+(schemas/errors.py): read from the source, so no package has to be imported. And the one
+mapping from an error to its exit status and its line, for a setting that cannot be read."""
 
 from __future__ import annotations
 
 import ast
 import builtins
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
 import schemas.errors
+from broker.settings import KafkaSettings
+from consumers.build.settings import BuildSettings
+from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.settings import DatabaseSettings
+from schemas.context import ContextPolicy
+from schemas.errors import (
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    error_lines,
+    exit_code,
+    run_command,
+    setting_error,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("contextcore", "schemas", "broker", "consumers", "producers", "admin", "devstack")
@@ -57,3 +76,127 @@ def test_every_exception_class_derives_from_the_root_and_is_drawn() -> None:
     tree = schemas.errors.__doc__ or ""
     undrawn = sorted(name for name in exceptions if name not in tree)
     assert not undrawn, f"missing from the tree in schemas/errors.py: {undrawn}"
+
+
+# A settings group that cannot be read is a setting missing or malformed: exit 2, one line that
+# names the variable. A model of anything else that does not validate is invalid input: exit 1.
+
+
+class _Required(BaseSettings):
+    """A group with a required setting (every group of ours has defaults but the URLs, which
+    the commands require themselves)."""
+
+    model_config = SettingsConfigDict(env_prefix="CONTEXTCORE_REQUIRED_", frozen=True)
+
+    token: str
+
+
+def _raised(read: Callable[[], object]) -> ValueError:
+    with pytest.raises((ValidationError, SettingsError)) as raised:
+        read()
+    return raised.value
+
+
+def _reported(error: ValueError) -> tuple[int, list[str]]:
+    return exit_code(error), error_lines(error)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "group", "line"),
+    [
+        pytest.param(
+            "CONTEXTCORE_KAFKA_REQUEST_TIMEOUT_MS",
+            "abc",
+            KafkaSettings,
+            "CONTEXTCORE_KAFKA_REQUEST_TIMEOUT_MS is malformed: Input should be a valid integer, "
+            "unable to parse string as an integer",
+            id="kafka-not-a-number",
+        ),
+        pytest.param(
+            "CONTEXTCORE_DATABASE_POOL_SIZE",
+            "-1",
+            DatabaseSettings,
+            "CONTEXTCORE_DATABASE_POOL_SIZE is malformed: Input should be greater than or equal "
+            "to 1",
+            id="database-below-its-minimum",
+        ),
+        pytest.param(
+            "CONTEXTCORE_BUILD_MAX_IN_FLIGHT",
+            "x",
+            BuildSettings,
+            "CONTEXTCORE_BUILD_MAX_IN_FLIGHT is malformed: Input should be a valid integer, "
+            "unable to parse string as an integer",
+            id="build-not-a-number",
+        ),
+        pytest.param(  # JSON that does not parse: pydantic-settings' SettingsError
+            "CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS",
+            '[{"name": ',
+            KnowledgeSettings,
+            "CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS is malformed: Expecting value: line 1 column 11 "
+            "(char 10)",
+            id="knowledge-json-that-does-not-parse",
+        ),
+        pytest.param(  # JSON that parses, two problems inside it: one line still
+            "CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS",
+            '[{"name": "a b", "path": "/m", "pooling": "max"}]',
+            KnowledgeSettings,
+            "CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS is malformed at 0.name: String should match "
+            "pattern '^[A-Za-z0-9._/:-]{1,200}$'; CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS is "
+            "malformed at 0.pooling: Extra inputs are not permitted",
+            id="knowledge-two-problems-in-its-json",
+        ),
+        pytest.param(  # a rule between two settings names both
+            "CONTEXTCORE_KAFKA_HEARTBEAT_INTERVAL_MS",
+            "5000",
+            KafkaSettings,
+            "CONTEXTCORE_KAFKA_HEARTBEAT_INTERVAL_MS must be at most a third of "
+            "CONTEXTCORE_KAFKA_SESSION_TIMEOUT_MS",
+            id="kafka-a-rule-between-two",
+        ),
+    ],
+)
+def test_a_malformed_setting_exits_2_with_one_line_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    group: Callable[[], object],
+    line: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert _reported(_raised(group)) == (EXIT_USAGE, [line])
+
+
+def test_a_missing_setting_exits_2_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CONTEXTCORE_REQUIRED_TOKEN", raising=False)
+    assert _reported(_raised(_Required)) == (EXIT_USAGE, ["CONTEXTCORE_REQUIRED_TOKEN is not set"])
+
+
+def test_invalid_input_still_exits_1_line_by_line() -> None:
+    """A model that is not a settings group (a policy file, a request, a reply) is input."""
+    error = _raised(lambda: ContextPolicy.model_validate({"total_token_budget": "x"}))
+    assert _reported(error) == (
+        EXIT_REFUSED,
+        [
+            "invalid input: sources: Field required",
+            "invalid input: total_token_budget: Input should be a valid integer",
+        ],
+    )
+    assert setting_error(ValueError("a bad value")) is None
+
+
+def test_a_command_reports_a_setting_it_was_not_told_to_expect(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run_command`` reports a settings group that cannot be read whatever its ``expected``
+    says: a JSON value that does not parse is a ValueError of pydantic-settings' own."""
+    monkeypatch.setenv("CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS", "[")
+
+    def serve() -> int:
+        KnowledgeSettings()
+        return 0
+
+    assert run_command("contextcore serve", serve) == EXIT_USAGE
+    assert capsys.readouterr().err == (
+        "contextcore serve: CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS is malformed: Expecting value: "
+        "line 1 column 2 (char 1)\n"
+    )
