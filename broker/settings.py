@@ -3,9 +3,10 @@ names (``CONTEXTCORE_TOPIC_*``), read the same way by producers and consumers.""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.errors import ConfigurationError
@@ -43,6 +44,18 @@ class KafkaSettings(BaseSettings):
     topic_replication_factor: int = Field(default=1, ge=1)
     """Replicas of a topic a consumer creates (1 suits one broker, as in docker-compose)."""
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port_list(cls, value: str | None) -> str | None:
+        """Comma-separated ``host[:port]`` (``[ipv6]:port``), as aiokafka reads it: a port that
+        is not a number would fail at the first connection, as an unreachable broker (exit 3)
+        or a traceback, instead of as a setting. Empty is not set (``require_bootstrap_servers``).
+        """
+        if value:
+            for entry in value.split(","):
+                _host_port(entry.strip())
+        return value
+
     @model_validator(mode="after")
     def _heartbeat_below_session(self) -> Self:
         if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
@@ -56,6 +69,32 @@ class KafkaSettings(BaseSettings):
                 "(or run `contextcore dev up` and use the address it prints)"
             )
         return self.bootstrap_servers
+
+
+def _host_port(entry: str) -> None:
+    """Raises ValueError unless ``entry`` is ``host``, ``host:port``, ``[ipv6]:port`` or a bare
+    IPv6 address (aiokafka's forms; no port: 9092)."""
+    if not entry:
+        raise ValueError("an entry is empty")
+    if any(c.isspace() for c in entry):
+        raise ValueError(f"{entry!r} is not host:port")
+    if entry.startswith("["):
+        host, bracket, rest = entry[1:].partition("]")
+        if not bracket or not host or (rest and not rest.startswith(":")):
+            raise ValueError(f"{entry!r} is not [ipv6]:port")
+        port = rest[1:] if rest else None
+    elif ":" not in entry:
+        return
+    else:
+        try:
+            ipaddress.IPv6Address(entry)
+            return
+        except ValueError:
+            host, _, port = entry.rpartition(":")
+        if not host:
+            raise ValueError(f"{entry!r} names no host")
+    if port is not None and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise ValueError(f"{entry!r}: the port must be a number from 1 to 65535")
 
 
 class TopicSettings(BaseSettings):

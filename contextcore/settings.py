@@ -12,8 +12,9 @@ consumer has settings of its own.
 from __future__ import annotations
 
 import json
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from schemas.errors import ConfigurationError
@@ -23,8 +24,9 @@ class DatabaseSettings(BaseSettings):
     """PostgreSQL + pgvector: where to connect, and as whom."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CONTEXTCORE_DATABASE_", extra="ignore", frozen=True
+        env_prefix="CONTEXTCORE_DATABASE_", extra="ignore", frozen=True, hide_input_in_errors=True
     )
+    """``hide_input_in_errors``: a URL holds a password, which no error may print."""
 
     url: str | None = None
     """The runtime login: owns nothing, may only become the service role. Every runtime and
@@ -42,6 +44,25 @@ class DatabaseSettings(BaseSettings):
     row-level security applies. The runtime login must be a member of it."""
     pool_size: int = Field(default=20, ge=1)
     """Connections per process; every source read holds one for its scope."""
+
+    @field_validator("url", "read_url", "owner_url", "admin_url")
+    @classmethod
+    def _postgres_url(cls, value: str | None) -> str | None:
+        """A ``postgresql://`` (or ``postgres://``) URL whose ports are numbers: asyncpg refuses
+        anything else only when it connects, and that reads as an unreachable database (exit 3)
+        instead of a malformed setting. Empty is not set (``require_url``). The message never
+        holds the URL: it may hold a password."""
+        if not value:
+            return value
+        scheme, separator, _ = value.partition("://")
+        if scheme not in ("postgresql", "postgres") or not separator:
+            raise ValueError("not a postgresql:// URL")
+        hosts = urlsplit(value).netloc.rpartition("@")[2]
+        for host in hosts.split(","):  # asyncpg's several hosts: h1:5432,h2:5433
+            port = host.rpartition("]")[2].partition(":")[2]  # "[::1]:5432" or "h:5432"
+            if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError("a port is not a number from 1 to 65535")
+        return value
 
     def require_url(self) -> str:
         if not self.url:

@@ -12,8 +12,9 @@ import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contextcore.knowledge.chunk import ChunkSettings, ModelWindow
@@ -62,6 +63,21 @@ class KnowledgeSettings(BaseSettings):
     chunk_max_tokens: int = Field(default=256, ge=32, le=8192)
     """The model's window in word pieces, special tokens included."""
     chunk_overlap: int = Field(default=32, ge=0)
+    """Word pieces a chunk repeats of the one before: under half of every model's window."""
+
+    @model_validator(mode="after")
+    def _usable(self) -> Self:
+        """What would otherwise fail only when a consumer first cuts text or loads a model,
+        after it has connected (``ChunkSettings``, ``default_model_path``): read as a setting
+        missing or malformed, before anything connects."""
+        if self.model_path is None and self.model != DEFAULT_MODEL:
+            raise ValueError(f"model_path is not set: where are the files of {self.model!r}?")
+        windows = [self.chunk_max_tokens, *(extra.chunk_max_tokens for extra in self.extra_models)]
+        if self.chunk_overlap >= min(windows) // 2:
+            raise ValueError(
+                "chunk_overlap must be under half of chunk_max_tokens and of every extra model's"
+            )
+        return self
 
     def models(self) -> dict[str, tuple[Path, int]]:
         """Every model this process knows: its files and its window."""

@@ -153,6 +153,29 @@ def _reported(error: ValueError) -> tuple[int, list[str]]:
             "CONTEXTCORE_KAFKA_SESSION_TIMEOUT_MS",
             id="kafka-a-rule-between-two",
         ),
+        pytest.param(  # aiokafka would have failed at its first connection: exit 1, or 3
+            "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS",
+            "kafka:notaport",
+            KafkaSettings,
+            "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS is malformed: 'kafka:notaport': the port must "
+            "be a number from 1 to 65535",
+            id="kafka-broker-without-a-port",
+        ),
+        pytest.param(  # asyncpg would have failed when it connects: "cannot reach", exit 3
+            "CONTEXTCORE_DATABASE_URL",
+            "nonsense",
+            DatabaseSettings,
+            "CONTEXTCORE_DATABASE_URL is malformed: not a postgresql:// URL",
+            id="database-url-not-a-url",
+        ),
+        pytest.param(  # the upload consumer would have failed at its first document
+            "CONTEXTCORE_KNOWLEDGE_CHUNK_OVERLAP",
+            "200",
+            KnowledgeSettings,
+            "CONTEXTCORE_KNOWLEDGE_CHUNK_OVERLAP must be under half of "
+            "CONTEXTCORE_KNOWLEDGE_CHUNK_MAX_TOKENS and of every extra model's",
+            id="knowledge-overlap-over-half-a-window",
+        ),
     ],
 )
 def test_a_malformed_setting_exits_2_with_one_line_naming_it(
@@ -169,6 +192,61 @@ def test_a_malformed_setting_exits_2_with_one_line_naming_it(
 def test_a_missing_setting_exits_2_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CONTEXTCORE_REQUIRED_TOKEN", raising=False)
     assert _reported(_raised(_Required)) == (EXIT_USAGE, ["CONTEXTCORE_REQUIRED_TOKEN is not set"])
+    monkeypatch.setenv("CONTEXTCORE_KNOWLEDGE_MODEL", "another/model")  # the default needs none
+    assert _reported(_raised(KnowledgeSettings)) == (
+        EXIT_USAGE,
+        ["CONTEXTCORE_KNOWLEDGE_MODEL_PATH is not set: where are the files of 'another/model'?"],
+    )
+
+
+def test_a_database_url_is_never_printed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It holds a password: neither the command's line nor the error's own text shows it."""
+    monkeypatch.setenv("CONTEXTCORE_DATABASE_OWNER_URL", "postgresql://o:s3cret@db:5432x/cc")
+    error = _raised(DatabaseSettings)
+    assert _reported(error) == (
+        EXIT_USAGE,
+        ["CONTEXTCORE_DATABASE_OWNER_URL is malformed: a port is not a number from 1 to 65535"],
+    )
+    assert "s3cret" not in str(error)
+
+
+@pytest.mark.parametrize(
+    "servers",
+    ["kafka:9092", "a:1,b:2", "a:1, b:2", "kafka", "[::1]:9092", "::1", "", "127.0.0.1:65535"],
+)
+def test_a_broker_address_aiokafka_reads_is_well_formed(servers: str) -> None:
+    assert KafkaSettings(bootstrap_servers=servers).bootstrap_servers == servers
+
+
+@pytest.mark.parametrize(
+    "servers", ["kafka:", "kafka:0", "kafka:99999", "a:1,,b:2", ",", " ", ":9092", "[::1", "a b:1"]
+)
+def test_a_broker_address_that_is_not_one_is_malformed(servers: str) -> None:
+    with pytest.raises(ValidationError, match="bootstrap_servers"):
+        KafkaSettings(bootstrap_servers=servers)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://u:p@db:5432/cc",
+        "postgres://u@db/cc",
+        "postgresql://u:p@h1:5432,h2:5433/cc",  # asyncpg's several hosts
+        "postgresql://u@[::1]:5432/cc",
+        "postgresql:///cc?host=/run/postgresql",
+        "",  # not set: require_url says so
+    ],
+)
+def test_a_database_url_asyncpg_reads_is_well_formed(url: str) -> None:
+    assert DatabaseSettings(url=url).url == url
+
+
+@pytest.mark.parametrize(
+    "url", ["nonsense", "mysql://u@db/cc", "postgresql://u@db:x/cc", "postgresql://u@a:1,b:0/cc"]
+)
+def test_a_database_url_that_is_not_one_is_malformed(url: str) -> None:
+    with pytest.raises(ValidationError, match="url"):
+        DatabaseSettings(url=url)
 
 
 def test_invalid_input_still_exits_1_line_by_line() -> None:
