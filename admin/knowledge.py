@@ -309,6 +309,23 @@ async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: flo
     return 0
 
 
+def _settings_first(args: argparse.Namespace) -> None:
+    """Read every setting the command will use before it connects to anything: a setting
+    missing or malformed exits 2 however the database would have answered (retry and switch
+    prepare read the database before they ask the upload consumer over Kafka)."""
+    database = DatabaseSettings()
+    if args.command == "index":
+        database.require_owner_url()
+        return
+    database.require_url()
+    prepare = args.command == "switch" and args.step == "prepare"
+    if (prepare or args.command == "retry") and args.apply:  # they ask the upload consumer
+        KafkaSettings().require_bootstrap_servers()
+        TopicSettings()
+        if prepare:  # and register the model in the global catalog
+            database.require_owner_url()
+
+
 def _scope_of(args: argparse.Namespace) -> Scope:
     return PLATFORM if args.platform else UUID(str(args.organization))
 
@@ -391,6 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def run() -> int:
+        _settings_first(args)
         if args.command == "index":
             return asyncio.run(_index(args.min_chunks, args.apply, args.every))
         scope = _scope_of(args)

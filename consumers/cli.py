@@ -43,6 +43,14 @@ def _check_policy(path: Path) -> int:
 
 
 def _serve(consumer: str) -> int:
+    from broker.settings import KafkaSettings
+    from contextcore.settings import DatabaseSettings
+
+    # Every consumer needs both, and each group is read (a malformed one refused) when its app
+    # is made: a setting missing or malformed exits 2 before anything connects, never 3 for
+    # whichever of the broker or the database the consumer happens to reach first.
+    KafkaSettings().require_bootstrap_servers()
+    DatabaseSettings().require_url()
     if consumer == "sweep":
         from consumers.knowledge.sweep.app import serve as serve_sweep
 

@@ -6,11 +6,38 @@ import asyncio
 import logging
 import sys
 
-from broker.settings import TopicSettings
+from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics
+from consumers.build.settings import BuildSettings
+from consumers.knowledge.embed.settings import EmbedSettings
+from consumers.knowledge.upload.settings import UploadSettings
+from consumers.memory.settings import MemorySettings
+from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.settings import DatabaseSettings
 from devstack.demo import run_demo
 from devstack.stack import DevSettings, DevStack
 from schemas.errors import command_parser, run_command
+
+DEMO_SETTINGS = (
+    DevSettings,
+    KafkaSettings,
+    TopicSettings,
+    DatabaseSettings,
+    KnowledgeSettings,
+    BuildSettings,
+    UploadSettings,
+    EmbedSettings,
+    MemorySettings,
+)
+"""What the demo and the four consumers it starts read: each group is read before the demo
+starts or connects to anything, so a malformed setting exits 2 at once, not once the stack is
+up, or when a consumer has stopped on it and the demo waits for an answer that never comes."""
+
+
+async def _demo(serve: bool) -> int:
+    for group in DEMO_SETTINGS:
+        group()
+    return await run_demo(serve)
 
 
 async def _stack(action: str, durable: bool) -> int:
@@ -71,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.action == "demo":
-        return run_command("contextcore dev", lambda: asyncio.run(run_demo(args.serve)))
+        return run_command("contextcore dev", lambda: asyncio.run(_demo(args.serve)))
     return run_command("contextcore dev", lambda: asyncio.run(_stack(args.action, args.durable)))
 
 

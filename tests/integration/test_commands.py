@@ -1,13 +1,20 @@
-"""The operator's commands end to end: ``contextcore dev demo`` and ``contextcore build``."""
+"""The operator's commands end to end: ``contextcore dev demo`` and ``contextcore build``; and
+the exit status of every command ``contextcore --help`` lists when a setting is missing or
+malformed (2, before it connects to anything) or its input is invalid (1)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from producers import command
 from tests.integration.helpers import free_port, run
 from tests.services import Config, Database, StartConsumer
 
@@ -125,3 +132,295 @@ async def test_build_cli_publishes_json_files_and_prints_the_reply(
         "contextcore build: invalid input: policy.total_token_budget: Input should be a valid "
         "integer"
     )
+
+
+# Every command as `contextcore --help` lists it, run as an operator would, against a broker and
+# a database that are not there: a setting missing or malformed must exit 2 with one line that
+# names it, before the command connects to anything (connecting first would exit 3 instead);
+# invalid input still exits 1; and the same invocation with every setting well-formed gets as
+# far as connecting (``reached``), so a 2 is never argparse's own usage error.
+
+CLI = str(Path(sys.executable).parent / "contextcore")
+ORG = "7b000000-0000-4000-8000-0000000000a1"
+ID = "7b000000-0000-4000-8000-0000000000b1"
+BROKER = "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS"
+URL = "CONTEXTCORE_DATABASE_URL"
+OWNER = "CONTEXTCORE_DATABASE_OWNER_URL"
+ADMIN = "CONTEXTCORE_DATABASE_ADMIN_URL"
+
+MALFORMED = {
+    "kafka": ("CONTEXTCORE_KAFKA_REQUEST_TIMEOUT_MS", "abc"),
+    "topic": ("CONTEXTCORE_TOPIC_BUILD_REQUEST_PARTITIONS", "0"),
+    "database": ("CONTEXTCORE_DATABASE_POOL_SIZE", "-1"),
+    "knowledge": ("CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS", '[{"name": '),  # JSON that won't parse
+    "build": ("CONTEXTCORE_BUILD_MAX_IN_FLIGHT", "x"),
+    "memory": ("CONTEXTCORE_MEMORY_MAX_IN_FLIGHT", "x"),
+    "upload": ("CONTEXTCORE_UPLOAD_EXTRACT_WORKERS", "0"),
+    "embed": ("CONTEXTCORE_EMBED_MAX_IN_FLIGHT", "x"),
+    "sweep": ("CONTEXTCORE_SWEEP_BATCH", "0"),
+    "dev": ("CONTEXTCORE_DEV_PG_PORT", "x"),
+}
+"""One malformed value per settings group."""
+
+CONSUMER_GROUPS = {
+    "build": ("kafka", "topic", "database", "knowledge", "build"),
+    "memory": ("kafka", "topic", "database", "memory"),
+    "upload": ("kafka", "topic", "database", "knowledge", "upload"),
+    "embed": ("kafka", "topic", "database", "knowledge", "embed"),
+    "sweep": ("kafka", "database", "sweep"),
+}
+
+
+@dataclass(frozen=True)
+class Invocation:
+    argv: tuple[str, ...]
+    reads: tuple[str, ...]
+    """The settings groups it reads (keys of MALFORMED)."""
+    requires: tuple[str, ...]
+    """The settings it cannot run without."""
+    reached: int = 3
+    """Its status with every setting well-formed: 3 when it connects to what is not there."""
+    invalid: tuple[str, ...] = ()
+    """The same command given input it refuses before it connects (exit 1), if it has any."""
+
+
+def _knowledge(*argv: str, apply: bool = False) -> Invocation:
+    reads: tuple[str, ...] = ("database",)
+    requires: tuple[str, ...] = (URL,)
+    if apply and argv[0] in ("retry", "switch"):  # they ask the upload consumer over Kafka
+        reads, requires = (*reads, "kafka", "topic"), (*requires, BROKER)
+        if argv[0] == "switch":  # and prepare registers the model, as the schema owner
+            requires = (*requires, OWNER)
+    return Invocation(
+        ("knowledge", *argv, "--platform", *(["--apply"] if apply else [])), reads, requires
+    )
+
+
+PRINCIPAL = ("--organization", ORG, "--definition", ID, "--user", ID)
+REMEMBER = ("memory", "remember", *PRINCIPAL, "--scope", "user", "--attribute", "preference.x")
+BUILD_FILES = ("{tmp}/request.json", "{tmp}/policy.json")
+
+INVOCATIONS: dict[str, list[Invocation]] = {
+    "build": [
+        Invocation(
+            ("build", *BUILD_FILES),
+            ("kafka", "topic"),
+            (BROKER,),
+            invalid=("build", "{tmp}/request.json", "{tmp}/invalid-policy.json"),
+        )
+    ],
+    "upload": [
+        Invocation(
+            ("upload", "{tmp}/guide.md", "--organization", ORG), ("kafka", "topic"), (BROKER,)
+        )
+    ],
+    "memory": [
+        Invocation(
+            (*REMEMBER, "--text", "short answers"),
+            ("kafka", "topic"),
+            (BROKER,),
+            invalid=(*REMEMBER, "--text", "x", "--ref", "no-colon"),  # a ref without an id
+        ),
+        Invocation(("memory", "forget", *PRINCIPAL, ID), ("kafka", "topic"), (BROKER,)),
+    ],
+    "memory.health": [
+        Invocation(("memory", "health", "--organization", ORG), ("database",), (URL,))
+    ],
+    "memory.erase": [
+        Invocation(
+            ("memory", "erase", "--organization", ORG, "--user", ID), ("database",), (OWNER,)
+        )
+    ],
+    "serve": [
+        Invocation(("serve", name), groups, (BROKER, URL))
+        for name, groups in CONSUMER_GROUPS.items()
+    ],
+    "policy": [  # reads no setting at all: every group malformed changes nothing
+        Invocation(
+            ("policy", "check", "{tmp}/policy.json"),
+            (),
+            (),
+            reached=0,
+            invalid=("policy", "check", "{tmp}/unknown-source-policy.json"),
+        )
+    ],
+    "schema": [
+        Invocation(("schema", "init"), ("database",), (OWNER,)),
+        Invocation(("schema", "verify"), ("database",), (OWNER,)),
+        Invocation(("schema", "provision"), ("database",), (ADMIN, OWNER, URL)),
+    ],
+    "knowledge": [
+        _knowledge("documents"),
+        _knowledge("delete", "--uri", "docs://a"),
+        _knowledge("failed"),
+        _knowledge("retry", ID),
+        _knowledge("retry", ID, apply=True),
+        _knowledge("switch", "prepare", "next-model", "--dimensions", "384"),
+        _knowledge("switch", "prepare", "next-model", "--dimensions", "384", apply=True),
+        _knowledge("switch", "status"),
+        _knowledge("switch", "flip"),
+        _knowledge("switch", "clean"),
+        Invocation(("knowledge", "index"), ("database",), (OWNER,)),
+    ],
+    "dev": [  # never `dev up`: it would start a stack
+        Invocation(("dev", "status"), ("dev",), (), reached=1),  # 1: neither runs here
+        Invocation(("dev", "env"), ("dev",), (), reached=0),
+        Invocation(("dev", "down"), ("dev",), (), reached=0),
+        Invocation(  # the broker named: the demo starts no stack, it provisions first
+            ("dev", "demo"),
+            (
+                "dev",
+                "kafka",
+                "topic",
+                "database",
+                "knowledge",
+                "build",
+                "upload",
+                "embed",
+                "memory",
+            ),
+            (ADMIN, OWNER, URL),
+        ),
+    ],
+}
+"""Each command's invocations, by its name as an entry point (``memory.health`` is `contextcore
+memory health`)."""
+
+
+def _files(tmp: Path) -> None:
+    subject = {"organization_id": ORG, "user_id": None, "trigger_id": None, "definition_id": None}
+    request = {"subject": subject, "query": "who is Acme?", "entities": []}
+    (tmp / "request.json").write_text(json.dumps(request))
+    (tmp / "policy.json").write_text(json.dumps({"total_token_budget": 100, "sources": []}))
+    (tmp / "invalid-policy.json").write_text(json.dumps({"total_token_budget": "100"}))
+    unknown = {"total_token_budget": 10, "sources": [{"name": "crystal_ball", "token_budget": 5}]}
+    (tmp / "unknown-source-policy.json").write_text(json.dumps(unknown))
+    (tmp / "guide.md").write_text("# Guide\n\nShort answers.\n")
+
+
+def _environment(tmp: Path) -> dict[str, str]:
+    """Ours without any CONTEXTCORE_* setting, then every address set, to nothing that listens."""
+    nobody = free_port()
+    database = f"postgresql://nobody:secret@127.0.0.1:{nobody}/nothing"
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")},
+        BROKER: f"127.0.0.1:{nobody}",
+        URL: database,
+        OWNER: database,
+        ADMIN: database,
+        "CONTEXTCORE_KAFKA_CONNECT_TIMEOUT_S": "5",
+        "CONTEXTCORE_DATABASE_CONNECT_TIMEOUT_S": "5",
+        "CONTEXTCORE_DEV_HOME": str(tmp / "dev"),  # never the shared stack's
+    }
+
+
+def _contextcore(argv: tuple[str, ...], env: dict[str, str], tmp: Path) -> tuple[int, str]:
+    """The status and the stderr of the installed `contextcore` (killed if it hangs)."""
+    args = [arg.format(tmp=tmp) for arg in argv]
+    done = subprocess.run(
+        [CLI, *args], env=env, capture_output=True, text=True, timeout=90, check=False
+    )
+    return done.returncode, done.stderr
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    return lines[0] if len(lines) == 1 else f"{len(lines)} lines: {err.strip()[:300]}"
+
+
+def test_every_command_has_its_invocations() -> None:
+    """A new command needs its invocations in INVOCATIONS (its settings, its requirements)."""
+    assert set(INVOCATIONS) == set(command.commands())
+    assert {group for runs in INVOCATIONS.values() for run in runs for group in run.reads} == set(
+        MALFORMED
+    )
+
+
+@dataclass(frozen=True)
+class Case:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    status: int
+    line: str
+    """What its one line on stderr starts with ("": not checked)."""
+
+
+def _cases(name: str, base: dict[str, str]) -> dict[str, Case]:
+    """Every case of one command, by a label that says what it changes."""
+    prog = "contextcore " + name.replace(".", " ")
+    cases: dict[str, Case] = {}
+    for invocation in INVOCATIONS[name]:
+        argv, shown = invocation.argv, " ".join(invocation.argv)
+        cases[f"{shown} (well-formed)"] = Case(argv, base, invocation.reached, "")
+        for group in invocation.reads:
+            variable, value = MALFORMED[group]
+            cases[f"{shown} ({variable}={value})"] = Case(
+                argv, {**base, variable: value}, 2, f"{prog}: {variable} is malformed"
+            )
+        if not invocation.reads:
+            every = {**base, **dict(MALFORMED.values())}
+            cases[f"{shown} (every group malformed)"] = Case(argv, every, invocation.reached, "")
+        for variable in invocation.requires:
+            unset = {k: v for k, v in base.items() if k != variable}
+            cases[f"{shown} (no {variable})"] = Case(
+                argv, unset, 2, f"{prog}: {variable} is not set"
+            )
+        if invocation.invalid:
+            cases[" ".join(invocation.invalid)] = Case(invocation.invalid, base, 1, "")
+    return cases
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", sorted(command.commands()))
+def test_a_setting_missing_or_malformed_exits_2_before_anything_connects(
+    name: str, tmp_path: Path
+) -> None:
+    """Each case's status and the start of its one line, all of a command's at once so that a
+    failure lists every case that differs; three processes at a time."""
+    assert name in INVOCATIONS, f"contextcore {name}: add its invocations to INVOCATIONS"
+    _files(tmp_path)
+    cases = _cases(name, _environment(tmp_path))
+
+    def outcome(case: Case) -> tuple[int, str]:
+        code, err = _contextcore(case.argv, case.env, tmp_path)
+        return code, _one_line(err)
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        got = dict(zip(cases, pool.map(outcome, cases.values()), strict=True))
+    wrong = [
+        f"{label}: exit {code} {line!r}, not {case.status} {case.line!r}..."
+        for (label, case), (code, line) in zip(cases.items(), got.values(), strict=True)
+        if code != case.status or not line.startswith(case.line)
+    ]
+    assert not wrong, "\n".join([f"{len(wrong)} of {len(cases)} cases:", *wrong])
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (  # the dispatcher's own check: an option without its value
+            ("--bootstrap-servers", "", "build", *BUILD_FILES),
+            "contextcore: --bootstrap-servers needs a value; see contextcore --help",
+        ),
+        (
+            ("--bootstrap-servers", "kafka:notaport", "build", *BUILD_FILES),
+            f"contextcore build: {BROKER} is malformed: 'kafka:notaport': the port must be a "
+            "number from 1 to 65535",
+        ),
+        (
+            ("--database-url", "nonsense", "memory", "health", "--organization", ORG),
+            f"contextcore memory health: {URL} is malformed: not a postgresql:// URL",
+        ),
+        (  # never the password, malformed or not
+            ("--database-url", "postgresql://u:s3cret@db:x/cc", "serve", "memory"),
+            f"contextcore serve: {URL} is malformed: a port is not a number from 1 to 65535",
+        ),
+    ],
+    ids=["bootstrap-servers-empty", "bootstrap-servers-port", "database-url", "no-password"],
+)
+def test_a_malformed_global_option_exits_2_naming_its_setting(
+    argv: tuple[str, ...], line: str, tmp_path: Path
+) -> None:
+    _files(tmp_path)
+    code, err = _contextcore(argv, _environment(tmp_path), tmp_path)
+    assert (code, err.strip()) == (2, line)
