@@ -7,8 +7,10 @@ and before a byte is read, what this service will not read:
 
 * S3: a bucket the configuration does not name (``buckets``, the allow-list: empty, none), and,
   with ``tenant_prefixes`` (the default), a key that does not start with the uploader's
-  organization id and a slash (``platform/`` for the platform's documents). The endpoint is
-  configuration, never the address, so an address cannot send the signed request elsewhere.
+  organization id and a slash (``platform/`` for the platform's documents): a lexical check,
+  which holds because :func:`~.addresses.parse` refused every key a store could normalise into
+  another (dot segments and the rest, issue 32). The endpoint is configuration, never the
+  address, so an address cannot send the signed request elsewhere.
 * files: anything when no ``file_root`` is set, and any path outside it; with
   ``tenant_prefixes``, a path not under the uploader's folder of the root (``<organization
   id>/``, ``platform/``), as for S3 keys: one tenant never names another's file.
