@@ -18,8 +18,21 @@ and before a byte is read, what this service will not read:
 A file is opened one path component at a time from the root with ``O_NOFOLLOW`` (a symbolic
 link anywhere is refused, so a link swapped in after the check cannot lead out), the last one
 with ``O_NONBLOCK`` too (a named pipe cannot block the reading thread), and only a regular file
-is read, never past ``max_bytes``. An S3 object is read in pieces under one deadline, never past
-``max_bytes`` either.
+is read, never past ``max_bytes``. What was opened is checked on its descriptor (``fstat``), so
+nothing swapped in after a check is read unchecked:
+
+* a file with more than one hard link is refused (issue 32): a link in A's folder to B's file
+  (or to one outside the root) is a name in A's folder for B's bytes, and nothing but the link
+  count tells it from A's own file. The count is the inode's at the ``fstat``: a link made
+  after it is a new name for a file that was only A's; a file whose other names were all
+  removed before it is read as A's (it is then only in A's folder, as if moved there).
+* a file on another mount than the root is refused: a bind mount (of B's folder, or of B's file
+  onto a name in A's folder) or another file system mounted under the root. The mount is the
+  descriptor's ``mnt_id`` (``/proc/self/fdinfo``, Linux), which tells a bind mount of the same
+  file system apart; without ``/proc``, its ``st_dev``, which does not. So the upload volume is
+  mounted at the root itself, never under it.
+
+An S3 object is read in pieces under one deadline, never past ``max_bytes`` either.
 
 A refused address or a missing object is an :class:`ObjectError` (the uploader is told why); a
 store that does not answer is :class:`ObjectUnavailable` (the upload is tried again, a bounded
@@ -121,6 +134,7 @@ class ObjectReader:
         try:
             fd = os.open(self.file_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             opened.append(fd)
+            root = _mount(fd, os.fstat(fd))
             for folder in folders:
                 fd = os.open(
                     folder,
@@ -135,6 +149,17 @@ class ObjectReader:
             opened.append(fd)
             info = os.fstat(fd)  # what was opened, whatever was swapped in since the stat
             _regular(info.st_mode)
+            if _mount(fd, info) != root:
+                raise ObjectError(
+                    "the file is on another mount than the upload root (a bind mount, or "
+                    "another file system under the root): only the root's own are read"
+                )
+            if info.st_nlink > 1:
+                raise ObjectError(
+                    f"the file has {info.st_nlink} hard links: another name may be another "
+                    "scope's file, or one outside the upload root, so only a file with one "
+                    "link is read (copy it instead of linking it)"
+                )
             if info.st_size > self.max_bytes:
                 raise ObjectError(
                     f"the file is {info.st_size} bytes, over the {self.max_bytes}-byte limit"
@@ -212,6 +237,21 @@ class ObjectReader:
             raise ObjectUnavailable(f"the object store refused: {code or error}") from error
         except BotoCoreError as error:
             raise ObjectUnavailable(f"the object store did not answer: {error}") from error
+
+
+def _mount(fd: int, info: os.stat_result) -> tuple[str, int]:
+    """The mount ``fd`` is on: its mount's id (Linux, ``/proc``), which differs for a bind mount
+    of the same file system too; else its file system, ``st_dev``. Not ``st_dev`` when the id
+    is known: an overlayfs whose layers are on different file systems gives its files the
+    ``st_dev`` of their layer, not the overlay's (its folders have the overlay's)."""
+    try:
+        with open(f"/proc/self/fdinfo/{fd}", "rb") as fdinfo:
+            for line in fdinfo:
+                if line.startswith(b"mnt_id:"):
+                    return "mount", int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return "device", info.st_dev
 
 
 def _regular(mode: int) -> None:

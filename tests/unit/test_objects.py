@@ -4,8 +4,12 @@ stored, and which files are read under the upload root."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from uuid import UUID
 
@@ -15,6 +19,7 @@ from contextcore.knowledge.addresses import ObjectError, bucket_name, parse
 from contextcore.knowledge.objects import ObjectReader
 
 ORG = UUID("6f1c2a3b-0000-4000-8000-000000000001")
+OTHER = "6f1c2a3b-0000-4000-8000-0000000000ff"
 
 
 @pytest.mark.parametrize(
@@ -139,7 +144,7 @@ def test_paths_out_of_the_root_are_refused(root: Path, tmp_path: Path) -> None:
 
 def test_a_file_in_another_scopes_folder_is_refused(root: Path) -> None:
     """Issue 18: as S3 keys, files are read from the uploader's folder of the root only."""
-    other = root / "6f1c2a3b-0000-4000-8000-0000000000ff"
+    other = root / OTHER
     other.mkdir()
     (other / "theirs.md").write_bytes(b"# Theirs")
     (root / "platform").mkdir()
@@ -162,3 +167,94 @@ def test_a_file_over_the_limit_is_refused(root: Path) -> None:
         read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "big.md")
     with pytest.raises(ObjectError, match="does not exist"):
         read(ObjectReader(max_bytes=100, file_root=root), mine(root) / "missing.md")
+
+
+def test_a_hard_link_to_another_scopes_file_is_refused(root: Path, tmp_path: Path) -> None:
+    """Issue 32: a hard link in A's folder to B's file, or to a file outside the root, is a
+    regular file under A's folder whose bytes are someone else's; only its link count tells,
+    so only a file with one link is read (A's own file linked twice too)."""
+    (root / OTHER).mkdir()
+    (root / OTHER / "secret.md").write_bytes(b"# B only")
+    (tmp_path / "outside.md").write_bytes(b"# Outside")
+    os.link(root / OTHER / "secret.md", mine(root) / "theirs.md")
+    os.link(tmp_path / "outside.md", mine(root) / "outside.md")
+    os.link(mine(root) / "team" / "guide.md", mine(root) / "guide-again.md")
+    reader = ObjectReader(max_bytes=100, file_root=root)
+    for name in ("theirs.md", "outside.md", "guide-again.md", "team/guide.md"):
+        with pytest.raises(ObjectError, match="the file has 2 hard links"):
+            read(reader, mine(root) / name)
+    os.unlink(mine(root) / "guide-again.md")  # one name again: the count is read at the open
+    assert read(reader, mine(root) / "team" / "guide.md") == b"# Guide\n\nRead me."
+
+
+_IN_A_MOUNT_NAMESPACE = """
+import asyncio, json, subprocess, sys
+from pathlib import Path
+from uuid import UUID
+from contextcore.knowledge.addresses import ObjectError, parse
+from contextcore.knowledge.objects import ObjectReader
+
+root, organization, setup = sys.argv[1], UUID(sys.argv[2]), json.loads(sys.argv[3])
+paths = sys.argv[4:]
+for mount in setup["mounts"]:
+    done = subprocess.run(["mount", *mount], capture_output=True, text=True)
+    if done.returncode:
+        print(done.stderr, file=sys.stderr)
+        sys.exit(77)  # not allowed to mount here
+for path, text in setup["files"].items():
+    Path(path).write_text(text)
+reader = ObjectReader(max_bytes=100, file_root=root)
+read = {}
+for path in paths:
+    try:
+        read[path] = asyncio.run(reader.read(parse("file://" + path), organization)).decode()
+    except ObjectError as error:
+        read[path] = str(error)
+print(json.dumps(read))
+"""
+
+
+def test_a_file_on_another_mount_under_the_root_is_refused(root: Path) -> None:
+    """Issue 32: a bind mount of B's folder into A's, of B's file onto a name in A's folder
+    (one link each), or another file system mounted under the root is refused; A's own file
+    still reads. The mounts are made in a private mount namespace (``unshare``, as root):
+    where that is not allowed, the test is skipped."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        pytest.skip("no unshare(1) or mount(8)")
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode:
+        pytest.skip("no private mount namespace here (needs root)")
+    (root / OTHER).mkdir()
+    (root / OTHER / "secret.md").write_bytes(b"# B only")
+    for folder in ("bound", "tmpfs"):
+        (mine(root) / folder).mkdir()
+    (mine(root) / "bound.md").write_bytes(b"# A's placeholder")
+    setup = {
+        "mounts": [
+            ["--bind", str(root / OTHER), str(mine(root) / "bound")],
+            ["--bind", str(root / OTHER / "secret.md"), str(mine(root) / "bound.md")],
+            ["-t", "tmpfs", "-o", "size=1m", "none", str(mine(root) / "tmpfs")],
+        ],
+        "files": {str(mine(root) / "tmpfs" / "notes.md"): "# On a tmpfs"},
+    }
+    refused = [
+        mine(root) / "bound" / "secret.md",
+        mine(root) / "bound.md",
+        mine(root) / "tmpfs" / "notes.md",
+    ]
+    guide = mine(root) / "team" / "guide.md"
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c"]
+        + [_IN_A_MOUNT_NAMESPACE, str(root), str(ORG), json.dumps(setup)]
+        + [str(path) for path in [*refused, guide]],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        check=False,
+    )
+    if done.returncode == 77:
+        pytest.skip(f"mount(8) is not allowed here: {done.stderr.strip()[-200:]}")
+    assert done.returncode == 0, done.stderr
+    read = json.loads(done.stdout)
+    for path in refused:
+        assert "on another mount than the upload root" in read[str(path)], read
+    assert read[str(guide)] == "# Guide\n\nRead me."
