@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -191,6 +192,39 @@ async def test_only_regular_files_under_the_upload_root_are_read(
     await refused(client, (mine / "link.md").as_uri(), "symbolic link", "failed")
     # another tenant's folder of the shared root, as another tenant's S3 prefix (issue 18)
     await refused(client, (theirs / "secret.md").as_uri(), f"under '{ORG_A}/'", "rejected")
+
+
+async def test_a_hard_link_or_a_dotted_key_never_reads_another_tenants_object(
+    client: KnowledgeClient, admin: asyncpg.Connection, tmp_path: Path
+) -> None:
+    """Issue 32: a hard link in A's folder to B's file is a regular file under A's folder with
+    B's bytes: its source fails (one link only) and nothing of it is kept. A key whose dot
+    segments a store or proxy could resolve, in any encoding, is rejected before anything is
+    stored (moto serves keys literally: with a store that normalises, these read B's object)."""
+    root = tmp_path / "uploads"
+    mine, theirs = root / str(ORG_A), root / str(ORG_B)
+    mine.mkdir()
+    theirs.mkdir()
+    (theirs / "secret.md").write_text("# B only\n\nB's plan.")
+    os.link(theirs / "secret.md", mine / "notes.md")
+    await refused(client, (mine / "notes.md").as_uri(), "the file has 2 hard links", "failed")
+    for address, reason in [
+        (f"s3://{BUCKET}/{ORG_A}/../{ORG_B}/secret.md", "'.' or '..' segment ('..')"),
+        (f"s3://{BUCKET}/{ORG_A}/%2e%2e/{ORG_B}/secret.md", "'.' or '..' segment ('..')"),
+        (f"s3://{BUCKET}/{ORG_A}%2F..%2F{ORG_B}/secret.md", "'.' or '..' segment ('..')"),
+        (f"s3://{BUCKET}/{ORG_A}/\uff0e\uff0e/{ORG_B}/secret.md", "'.' or '..' segment ('..')"),
+        (f"s3://{BUCKET}/{ORG_A}/..;/{ORG_B}/secret.md", "'.' or '..' segment ('..;')"),
+        (f"s3://{BUCKET}/{ORG_A}//../{ORG_B}/secret.md", "'.' or '..' segment ('')"),
+        (f"s3://{BUCKET}/{ORG_A}/%252e%252e/{ORG_B}/secret.md", "still percent-encoded"),
+        (f"s3://{BUCKET}/{ORG_A}/..%5C{ORG_B}/secret.md", "backslash"),
+        (f"{mine.as_uri()}/../{ORG_B}/secret.md", "'.' or '..' segment ('..')"),
+    ]:
+        await refused(client, address, re.escape(reason), "rejected")
+    sources = await admin.fetch("SELECT organization_id, uri, status FROM knowledge_sources")
+    assert [tuple(row) for row in sources] == [(ORG_A, (mine / "notes.md").as_uri(), "failed")]
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_chunks") == 0
+    kept = await admin.fetchval("SELECT sections IS NULL FROM knowledge_sources")
+    assert kept, "the linked file's text was not kept"
 
 
 async def test_named_pipes_neither_block_nor_outlive_the_consumer(
