@@ -125,9 +125,10 @@ def parse(address: str) -> ObjectAddress:
     parts = urlsplit(address)
     if parts.query or parts.fragment or "?" in address or "#" in address:
         raise ObjectError("an object address has no query and no fragment")
-    try:
+    try:  # %c0%ae (an overlong ".", which some decoders take for one), a lone surrogate
         path = unquote(parts.path, errors="strict")
-    except UnicodeDecodeError:  # e.g. %c0%ae, an overlong ".": some decoders take it for one
+        path.encode()
+    except UnicodeError:
         raise ObjectError("the object address is not UTF-8 once percent-decoded") from None
     if _CONTROL.search(path):
         raise ObjectError("the object address holds a NUL or control character")

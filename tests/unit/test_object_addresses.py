@@ -59,6 +59,7 @@ DOTS = "'.' or '..' segment"
         (f"{ORG}/..\uff3c{OTHER}/secret.md", "backslash"),  # FULLWIDTH REVERSE SOLIDUS
         (f"{ORG}/..\u29f9{OTHER}/secret.md", "backslash"),
         (f"{ORG}/%c0%ae%c0%ae/{OTHER}/secret.md", "not UTF-8"),  # an overlong "."
+        (f"{ORG}/a\ud800.md", "not UTF-8"),  # a lone surrogate (once a UnicodeEncodeError)
     ],
 )
 def test_a_key_a_store_could_normalise_into_another_is_refused(key: str, reason: str) -> None:
