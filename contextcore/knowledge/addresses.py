@@ -7,13 +7,14 @@ a NUL or control character once percent-decoded, an S3 "bucket" that is an ARN, 
 ``host:port`` or ``user:pw@host``, a query or a fragment; and a key or path a store, a proxy
 or a file system could read as another one (issue 32, :func:`_plain`).
 
-The tenant's prefix is checked lexically (objects.py: the key's first segment), and the key
-is sent as it is, so the prefix holds only if nobody between here and the bytes rewrites the
-key. Stores and proxies do: they resolve dot segments (RFC 3986), merge slashes, take ``\\``
-for ``/``, decode percent-escapes again, fold Unicode (NFKC: ``U+FF0E`` and ``U+2024`` are
-``.``, ``U+FF0F`` is ``/``), drop zero-width characters or ``;parameters`` (``/..;/``). So a key
-is refused unless each of these readings of it is the key itself, segment for segment: then
-its first segment is the one every reader sees.
+The tenant's prefix is checked lexically (objects.py: ``<organization id>/``), and the key is
+sent as it is, so the prefix holds only if nobody between here and the bytes rewrites the key.
+Stores and proxies do: they resolve dot segments (RFC 3986), merge slashes, take ``\\`` for
+``/``, decode percent-escapes again, fold Unicode (NFKC: ``U+FF0E`` and ``U+2024`` are ``.``,
+``U+FF0F`` is ``/``), drop zero-width characters or ``;parameters`` (``/..;/``). So a key is
+refused when any of these readings of it has a segment that is empty or only dots, or a
+backslash: then no reading climbs out of its first segment, the tenant's
+(tests/unit/test_object_addresses.py states it as a property).
 """
 
 from __future__ import annotations
