@@ -9,6 +9,7 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from broker.reply_topics import ReplyTopics
 from schemas.errors import ConfigurationError
 
 
@@ -115,3 +116,15 @@ class TopicSettings(BaseSettings):
     memory_write_partitions: int = Field(default=4, ge=1)
     reply_prefix: str = "contextcore.reply"
     """Clients create an ephemeral reply topic ``<prefix>.<client id>`` and delete it on close."""
+    reply_pattern: str | None = None
+    """The topics a reply may go to: a regular expression a ``reply_to`` must match in full.
+    Unset: the names under ``reply_prefix`` (``<prefix>.`` and more). Kafka's internal topics,
+    the service's own and every ``.dlt`` topic are refused whatever it says
+    (:mod:`broker.reply_topics`)."""
+
+    @model_validator(mode="after")
+    def _usable_reply_rule(self) -> Self:
+        """A malformed pattern, or one that refuses the clients' own reply topics, stops the
+        process that reads it (a :class:`ConfigurationError`, not a refused reply later)."""
+        ReplyTopics.of(self)
+        return self

@@ -3,7 +3,10 @@
 Request/reply over Kafka without broker support: each client creates its own one-partition reply
 topic (``<reply_topic_prefix>.<client id>``), reads it from the beginning, and deletes it on
 close. A fresh topic has no old records, so the client never depends on the broker's end offsets
-(which Tansu reports wrongly).
+(which Tansu reports wrongly). The service answers only on a topic the reply-topic rule allows
+(:mod:`broker.reply_topics`), so a client checks its own against the same rule when it is made,
+and one the service would refuse is a :class:`~schemas.errors.ConfigurationError` before
+anything is sent.
 
 Replies are matched by correlation id, and the client owns every id: each request gets a new,
 unguessable one (:func:`new_correlation_id`, 128 bits from :mod:`secrets`), never one the caller
@@ -27,12 +30,14 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from broker.reply_topics import ReplyTopics, client_reply_topic
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import TopicSpec, delete_topics, ensure_topics, reach
 from broker.tracing import trace_headers
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 from schemas.context import ContextBrief, ContextPolicy, ContextRequest
 from schemas.errors import (
+    ConfigurationError,
     InfrastructureUnavailable,
     PublishFailed,
     ReplyTimeout,
@@ -64,6 +69,7 @@ class ChannelOptions(TypedDict, total=False):
 
     bootstrap_servers: Required[str]
     reply_topic_prefix: str
+    reply_topics: ReplyTopics
     fetch_max_wait_ms: int
     connect_timeout_s: float
     max_in_flight: int
@@ -75,6 +81,7 @@ def channel_options(kafka: KafkaSettings, topics: TopicSettings) -> ChannelOptio
     return ChannelOptions(
         bootstrap_servers=kafka.require_bootstrap_servers(),
         reply_topic_prefix=topics.reply_prefix,
+        reply_topics=ReplyTopics.of(topics),
         fetch_max_wait_ms=kafka.fetch_max_wait_ms,
         connect_timeout_s=kafka.connect_timeout_s,
     )
@@ -92,20 +99,34 @@ class ReplyChannel:
         *,
         bootstrap_servers: str,
         reply_topic_prefix: str = "contextcore.reply",
+        reply_topics: ReplyTopics | None = None,
         fetch_max_wait_ms: int = 500,
         connect_timeout_s: float = 10.0,
         max_in_flight: int = 64,
         send_timeout_s: float = 30.0,
     ) -> None:
-        """``max_in_flight``: sends that may wait for the broker at once; more wait in the
+        """``reply_topics``: the service's reply-topic rule (``from_settings`` passes the
+        settings' one); unless given, the default rule of ``reply_topic_prefix``.
+        ``max_in_flight``: sends that may wait for the broker at once; more wait in the
         client, so a burst of calls never overruns the producer's buffer and its timeout.
         ``send_timeout_s``: how long the broker has to take one (then :class:`PublishFailed`).
+
+        Raises:
+            ConfigurationError: the rule refuses this client's reply topic (the service would
+                never answer on it).
         """
         if max_in_flight < 1 or send_timeout_s <= 0:
             raise ValueError("max_in_flight must be at least 1 and send_timeout_s positive")
         self.bootstrap_servers = bootstrap_servers
         self.client_id = uuid.uuid4().hex
-        self.reply_topic = f"{reply_topic_prefix}.{self.client_id}"
+        self.reply_topic = client_reply_topic(reply_topic_prefix, self.client_id)
+        if reply_topics is None:
+            reply_topics = ReplyTopics.of(
+                TopicSettings.model_construct(reply_prefix=reply_topic_prefix)
+            )
+        refused = reply_topics.refusal(self.reply_topic)
+        if refused is not None:
+            raise ConfigurationError(f"no reply could ever reach this client: {refused}")
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._connect_timeout_s = connect_timeout_s
         self._in_flight = asyncio.Semaphore(max_in_flight)
