@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics
 from consumers.build.handler import BuildHandler
@@ -54,6 +55,7 @@ def create_app(
     topics = topics or TopicSettings()
     database = database or DatabaseSettings()
     knowledge = knowledge or KnowledgeSettings()
+    reply_topics = ReplyTopics.of(topics)
 
     @asynccontextmanager
     async def open_handler(
@@ -88,7 +90,7 @@ def create_app(
                 if build.preload_encoder:
                     for model in knowledge.models():
                         await encoders(model)
-                yield BuildHandler(registry, builder, build_metrics)
+                yield BuildHandler(registry, builder, build_metrics, reply_topics=reply_topics)
             finally:
                 await invalidator.stop()
 
@@ -111,5 +113,6 @@ def create_app(
         kafka=kafka,
         database=database,
         topics=build_topics(topics),
+        reply_topics=reply_topics,
         open_handler=open_handler,
     )

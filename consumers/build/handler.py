@@ -1,8 +1,9 @@
 """One build request, one outcome.
 
-1. Decode (``schemas.wire``) and validate. A record that fails gets an ``invalid_request`` error
-   reply when its ``reply_to`` and ``correlation_id`` can be read; otherwise it is
-   dead-lettered with the reason.
+1. Decode (``schemas.wire``) and validate. A record whose ``reply_to`` the reply-topic rule
+   refuses is dead-lettered (``reply_to_refused``), never answered. A record that fails gets an
+   ``invalid_request`` error reply when its ``reply_to`` and ``correlation_id`` can be read;
+   otherwise it is dead-lettered with the reason.
 2. Admit the policy (``policy_rejected``); answer ``reuse_previous`` for a resume the policy does
    not refresh; build. A required source failure is ``required_source_failed``; any other
    exception of the builder is ``internal_error``. Every one of these is a reply.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from broker.reply_topics import ReplyTopics
 from consumers.build.metrics import BuildMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.logs import bind_correlation_id
@@ -69,11 +71,17 @@ def _error_reply(address: tuple[str, str], info: ErrorInfo) -> Reply:
 
 class BuildHandler:
     def __init__(
-        self, registry: ContextSourceRegistry, builder: ContextBuilder, metrics: BuildMetrics
+        self,
+        registry: ContextSourceRegistry,
+        builder: ContextBuilder,
+        metrics: BuildMetrics,
+        *,
+        reply_topics: ReplyTopics,
     ) -> None:
         self.registry = registry
         self.builder = builder
         self.metrics = metrics
+        self.reply_topics = reply_topics
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
@@ -96,7 +104,12 @@ class BuildHandler:
     def decode(self, value: bytes | None) -> tuple[BuildRequestV1, int] | Reply | DeadLetter:
         """The request and its count of dropped entities, or what to answer instead."""
         return decode_request(
-            value, parse_build_request, "build request", _refuse, lenient=(ENTITIES,)
+            value,
+            parse_build_request,
+            "build request",
+            _refuse,
+            reply_topics=self.reply_topics,
+            lenient=(ENTITIES,),
         )
 
     async def answer(self, envelope: BuildRequestV1, dropped: int) -> BuildReplyV1:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import memory_topics
 from consumers.memory.handler import MemoryHandler
@@ -46,6 +47,7 @@ def create_app(
     kafka = kafka or KafkaSettings()
     topics = topics or TopicSettings()
     database = database or DatabaseSettings()
+    reply_topics = ReplyTopics.of(topics)
 
     @asynccontextmanager
     async def open_handler(
@@ -53,7 +55,9 @@ def create_app(
     ) -> AsyncIterator[MemoryHandler]:
         async with verified_pool(database) as pool:
             service = MemoryService(PostgresMemoryJournal(TenantDatabase(pool, role=database.role)))
-            yield MemoryHandler(service, MemoryMetrics.create(metrics.registry))
+            yield MemoryHandler(
+                service, MemoryMetrics.create(metrics.registry), reply_topics=reply_topics
+            )
 
     return ConsumerApp(
         name="memory",
@@ -73,6 +77,7 @@ def create_app(
         kafka=kafka,
         database=database,
         topics=memory_topics(topics),
+        reply_topics=reply_topics,
         open_handler=open_handler,
         retry_causes=("contention",),
     )

@@ -1,7 +1,9 @@
 """One memory write call, one answer.
 
-1. Decode and validate (``schemas.memory``, strict). Invalid input with a usable address is
-   answered ``refused`` / ``invalid_input`` with the reasons; without one it is dead-lettered.
+1. Decode and validate (``schemas.memory``, strict). A ``reply_to`` the reply-topic rule
+   refuses is never answered: the call is dead-lettered (``reply_to_refused``), unapplied.
+   Invalid input with a usable address is answered ``refused`` / ``invalid_input`` with the
+   reasons; without one it is dead-lettered.
 2. :class:`~contextcore.memory.service.MemoryService` applies it in one transaction with its
    journal row, so a redelivered call is answered the same and writes nothing.
 3. The answer goes to ``reply_to`` with the ``correlation_id``. A writer that kept losing the
@@ -15,6 +17,7 @@ import logging
 from collections.abc import Callable
 from uuid import UUID
 
+from broker.reply_topics import ReplyTopics
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.logs import bind_correlation_id
@@ -32,9 +35,12 @@ COUNT_TIMEOUT_S = 2.0
 
 
 class MemoryHandler:
-    def __init__(self, service: MemoryService, metrics: MemoryMetrics) -> None:
+    def __init__(
+        self, service: MemoryService, metrics: MemoryMetrics, *, reply_topics: ReplyTopics
+    ) -> None:
         self.service = service
         self.metrics = metrics
+        self.reply_topics = reply_topics
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
@@ -94,7 +100,13 @@ class MemoryHandler:
         return _reply(topic, answer)
 
     def decode(self, value: bytes | None) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
-        return decode_request(value, parse_memory_write, "memory write", self._invalid)
+        return decode_request(
+            value,
+            parse_memory_write,
+            "memory write",
+            self._invalid,
+            reply_topics=self.reply_topics,
+        )
 
     def _invalid(self, topic: str, correlation_id: str, message: str, lines: list[str]) -> Reply:
         self.metrics.count_write("unknown", "refused", "invalid_input")

@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings
 from broker.topics import TopicSpec
 from consumers.runtime import tracing
@@ -70,6 +71,7 @@ class ConsumerApp:
         kafka: KafkaSettings,
         database: DatabaseSettings,
         topics: list[TopicSpec],
+        reply_topics: ReplyTopics,
         open_handler: OpenHandler,
         version: str = "1",
         dead_letter_causes: Sequence[str] = (),
@@ -77,9 +79,10 @@ class ConsumerApp:
         transport: Transport | None = None,
         open_journal: OpenJournal | None = None,
     ) -> None:
-        """``dead_letter_causes`` and ``retry_causes``: the handler's own, beside the
-        runtime's and the decoder's; their series start at 0. ``transport``: Kafka unless
-        given; ``open_journal``: the start journal in PostgreSQL unless given."""
+        """``reply_topics``: the topics a reply may go to, checked again for every reply the
+        delivery publishes. ``dead_letter_causes`` and ``retry_causes``: the handler's own,
+        beside the runtime's and the decoder's; their series start at 0. ``transport``: Kafka
+        unless given; ``open_journal``: the start journal in PostgreSQL unless given."""
         self._arguments: dict[str, Any] = {
             key: value for key, value in locals().items() if key not in ("self", "__class__")
         }
@@ -95,6 +98,7 @@ class ConsumerApp:
         self.kafka = kafka
         self.database = database
         self.topics = topics
+        self.reply_topics = reply_topics
         self.open_handler = open_handler
         self.transport: Transport = transport or KafkaTransport(kafka)
         self.open_journal: OpenJournal = open_journal or self._postgres_journal
@@ -214,6 +218,7 @@ class ConsumerApp:
                     settings=self.settings,
                     max_record_bytes=self.kafka.max_record_bytes,
                     metrics=self.metrics,
+                    reply_topics=self.reply_topics,
                     journal=journal,
                 )
                 self.delivery.start_at_zero(

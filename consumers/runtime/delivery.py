@@ -13,10 +13,12 @@ For one record, in order (docs/delivery.md):
    does not answer (:class:`~schemas.errors.InfrastructureUnavailable`): the handling is
    tried again in place, no attempt spent, until it answers (``/readyz`` says not ready
    meanwhile, and a partition held too long turns ``/healthz`` red).
-4. A :class:`Reply` is serialised and published, and the broker acknowledges it. A reply that
-   cannot be serialised or that the broker refuses for good (too large, bad topic) is replaced
-   by the handler's fallback error reply; failing that, the record is dead-lettered. A publish
-   the broker may accept later (retriable) becomes a :class:`Retry`.
+4. A :class:`Reply` is serialised and published, and the broker acknowledges it. A reply to a
+   topic the reply-topic rule refuses (:mod:`broker.reply_topics`) is never published: the
+   record is dead-lettered (``reply_to_refused``). A reply that cannot be serialised or that
+   the broker refuses for good (too large, bad topic) is replaced by the handler's fallback
+   error reply; failing that, the record is dead-lettered. A publish the broker may accept
+   later (retriable) becomes a :class:`Retry`.
 5. A :class:`Retry` re-publishes the record to its own topic with its attempt count and a
    not-before time in headers, up to ``max_attempts``; then it is dead-lettered, as it is when
    the broker will never take the copy (too large). The count travels with the record: it
@@ -24,7 +26,8 @@ For one record, in order (docs/delivery.md):
 6. A :class:`DeadLetter` publishes a bounded letter to ``<topic>.dlt``; if the broker refuses
    it for good, a minimal letter (no payload, no key). A record the runtime gives up on
    (``gave_up``, ``crashed_the_consumer``) is also answered, when the handler can still read
-   its reply address (:meth:`RecordHandler.farewell`): the caller hears why instead of waiting.
+   its reply address and the rule allows it (:meth:`RecordHandler.farewell`): the caller hears
+   why instead of waiting.
 7. The record is finished; its partition's commit position moves past every finished record
    below the lowest unfinished one, and a background task commits it.
 
@@ -52,9 +55,11 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import Histogram
 from pydantic import BaseModel
 
+from broker.reply_topics import ReplyTopics
 from broker.topics import dead_letter_topic
 from broker.tracing import trace_headers
 from consumers.runtime import logs, tracing
+from consumers.runtime.decoding import REPLY_TO_REFUSED
 from consumers.runtime.gate import SoloGate
 from consumers.runtime.journal import NoJournal, Start, StartJournal
 from consumers.runtime.letters import dead_letter
@@ -147,6 +152,7 @@ class Delivery:
         settings: ConsumerSettings,
         max_record_bytes: int,
         metrics: RuntimeMetrics,
+        reply_topics: ReplyTopics,
         journal: StartJournal | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
@@ -158,6 +164,9 @@ class Delivery:
         self.settings = settings
         self.max_record_bytes = max_record_bytes
         self.metrics = metrics
+        self.reply_topics = reply_topics
+        """Checked again for every reply, farewells included: a handler's address may come
+        from a row stored before the rule, or under other settings."""
         self.journal: StartJournal = journal or NoJournal()
         self.clock = clock
         self.wall_ms = wall_ms
@@ -443,12 +452,20 @@ class Delivery:
         except Exception:
             log.exception("%s: no farewell for %s", self.consumer, record.position)
             return
-        if farewell is not None and await self._send(farewell, farewell.message, Stopwatch()):
+        if farewell is None:
+            return
+        refused = self.reply_topics.refusal(farewell.topic)
+        if refused is not None:
+            log.warning("%s: no farewell: %s", self.consumer, refused)
+        elif await self._send(farewell, farewell.message, Stopwatch()):
             log.warning("%s: the farewell to %s was not sent", self.consumer, farewell.topic)
 
     async def _reply(self, reply: Reply, watch: Stopwatch) -> Outcome:
         """Publish ``reply``, or its fallback when it cannot go out; what is left to do when
-        neither went out."""
+        neither went out; nothing at all when the rule refuses its topic."""
+        refused = self.reply_topics.refusal(reply.topic)
+        if refused is not None:
+            return DeadLetter(REPLY_TO_REFUSED, f"the reply is not sent: {refused}")
         sent = await self._send(reply, reply.message, watch)
         if sent is None:
             return reply
@@ -678,6 +695,7 @@ RUNTIME_DEAD_LETTER_CAUSES = (
     "gave_up",
     "crashed_the_consumer",
     "reply_refused",
+    REPLY_TO_REFUSED,
     "retry_refused",
 )
 _FAREWELL_CAUSES = frozenset({"gave_up", "crashed_the_consumer"})

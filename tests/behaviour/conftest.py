@@ -24,6 +24,7 @@ import asyncpg
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from consumers.build.app import create_app as build_app
 from consumers.build.handler import BuildHandler
@@ -101,6 +102,7 @@ class MemoryRig:
             embed=f"behaviour.{tag}.embed",
             reply_prefix=f"behaviour.{tag}.reply",
         )
+        self.reply_topics = ReplyTopics.of(self.topics)
         self.broker = MemoryBroker()
         self.memory_journal = DictMemoryJournal()
         self.knowledge = Sources()
@@ -143,14 +145,16 @@ class MemoryRig:
         build_metrics = BuildMetrics.create(metrics.registry)
         build_metrics.start_at_zero(registry.names)
         builder = DefaultContextBuilder(registry, ContextPacker(), observer=build_metrics)
-        yield BuildHandler(registry, builder, build_metrics)
+        yield BuildHandler(registry, builder, build_metrics, reply_topics=self.reply_topics)
 
     @asynccontextmanager
     async def _memory_handler(
         self, metrics: RuntimeMetrics, _publisher: Publisher
     ) -> AsyncIterator[RecordHandler]:
         service = MemoryService(self.memory_journal)
-        yield MemoryHandler(service, MemoryMetrics.create(metrics.registry))
+        yield MemoryHandler(
+            service, MemoryMetrics.create(metrics.registry), reply_topics=self.reply_topics
+        )
 
     @asynccontextmanager
     async def _upload_handler(
@@ -159,7 +163,11 @@ class MemoryRig:
         # the knowledge tables in a dict, objects under /docs only, a chunk per word
         ingestion = Ingestion(self.knowledge, Objects(), Words(), {LIVE: WINDOW}.get)
         yield UploadHandler(
-            ingestion, publisher, self.topics.embed, UploadMetrics.create(metrics.registry)
+            ingestion,
+            publisher,
+            self.topics.embed,
+            UploadMetrics.create(metrics.registry),
+            reply_topics=self.reply_topics,
         )
 
     async def start(self, consumer: str) -> None:

@@ -9,6 +9,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
+from broker.reply_topics import ReplyTopics
+from broker.settings import TopicSettings
 from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
@@ -21,6 +23,8 @@ from schemas.envelope import reply_address
 from tests.unit.fakes import StaticSource, item
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
+REPLY_TOPICS = ReplyTopics.of(TopicSettings.model_construct(reply_prefix="replies"))
+"""``replies.a`` and every other name under ``replies``."""
 
 
 def message(**overrides: Any) -> dict[str, Any]:
@@ -50,7 +54,9 @@ def service(*sources: StaticSource) -> tuple[ContextSourceRegistry, DefaultConte
 
 async def decide(value: bytes, registry: ContextSourceRegistry, builder: ContextBuilder) -> Outcome:
     """The build handler's outcome for one record value (no broker, no runtime)."""
-    handler = BuildHandler(registry, builder, BuildMetrics.create(CollectorRegistry()))
+    handler = BuildHandler(
+        registry, builder, BuildMetrics.create(CollectorRegistry()), reply_topics=REPLY_TOPICS
+    )
     record = Inbound(topic="t", partition=0, offset=0, key=None, value=value)
     return await handler.handle(record, Stopwatch())
 

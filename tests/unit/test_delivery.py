@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from broker.reply_topics import ReplyTopics
+from broker.settings import TopicSettings
 from consumers.runtime.delivery import Delivery, PublishError
 from consumers.runtime.journal import Prior
 from consumers.runtime.letters import dead_letter
@@ -164,6 +166,12 @@ class FakeJournal:
         self.calls.append(("forget", dict(positions)))
 
 
+REPLY_TOPICS = ReplyTopics.of(
+    TopicSettings.model_construct(reply_prefix="replies", reply_pattern=r"replies(\..+)?")
+)
+"""The rule of these tests: ``replies`` and the names under it."""
+
+
 class Rig:
     def __init__(
         self, handler: Scripted, journal: FakeJournal | None = None, **changes: Any
@@ -179,6 +187,7 @@ class Rig:
             settings=settings(**changes),
             max_record_bytes=4_096,
             metrics=RuntimeMetrics.create(),
+            reply_topics=REPLY_TOPICS,
             journal=self.journal,
         )
         self.delivery.assign([("t", 0), ("t", 1)])

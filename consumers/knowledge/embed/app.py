@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import embed_topics
 from consumers.knowledge.embed.handler import EmbedHandler
@@ -82,6 +83,7 @@ def create_app(
         kafka=kafka,
         database=database,
         topics=embed_topics(topics),
+        reply_topics=ReplyTopics.of(topics),  # the uploaders' addresses, read from their rows
         open_handler=open_handler,
         dead_letter_causes=("unknown_model",),
     )

@@ -1,7 +1,8 @@
 """The pending sweep: every ``interval_s``, fail the knowledge sources pending for more than
-``older_than_s`` (never under an hour), tell each uploader on the reply topic its upload named,
-and count them; and keep the two bookkeeping tables bounded: the processed-message ledger's
-claims older than ``ledger_retention_s`` and the start journal's rows older than
+``older_than_s`` (never under an hour), tell each uploader on the reply topic its upload named
+(when the reply-topic rule allows it: :func:`consumers.knowledge.replies.tell`), and count
+them; and keep the two bookkeeping tables bounded: the processed-message ledger's claims
+older than ``ledger_retention_s`` and the start journal's rows older than
 ``journal_retention_s`` (a group or a topic no member commits any more) go, in bounded batches.
 
     contextcore serve sweep
@@ -25,11 +26,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from broker.settings import KafkaSettings
+from broker.reply_topics import ReplyTopics
+from broker.settings import KafkaSettings, TopicSettings
 from consumers.knowledge import replies
 from consumers.runtime import journal
 from consumers.runtime.database import verify_schema
-from consumers.runtime.delivery import Health, Publisher, PublishError
+from consumers.runtime.delivery import Health, Publisher
 from consumers.runtime.health import HealthServer
 from consumers.runtime.kafka import AiokafkaPublisher
 from consumers.runtime.metrics import schema_info
@@ -68,10 +70,15 @@ class Sweeper:
         database: DatabaseSettings,
         publisher: Publisher,
         registry: CollectorRegistry | None = None,
+        *,
+        reply_topics: ReplyTopics | None = None,
     ) -> None:
+        """``reply_topics``: where a status may go; the environment's topic settings' rule
+        unless given."""
         self.settings = settings
         self.database = database
         self.publisher = publisher
+        self.reply_topics = reply_topics or ReplyTopics.of(TopicSettings())
         self.registry = registry or CollectorRegistry()
         self.failed = Counter(
             "contextcore_knowledge_sources_swept_total",
@@ -163,15 +170,9 @@ class Sweeper:
         if row.reply_to is None or row.correlation_id is None:
             return
         message = replies.swept(row.source_id, row.reason, row.correlation_id)
-        try:
-            await self.publisher.publish(
-                row.reply_to,
-                message.model_dump_json().encode(),
-                key=None,
-                headers=[("correlation_id", row.correlation_id.encode())],
-            )
-        except PublishError as error:  # the uploader may be gone; the row says why it failed
-            log.info("could not tell %s: %s", row.reply_to, error)
+        why = await replies.tell(self.publisher, self.reply_topics, row.reply_to, message)
+        if why is not None:  # the uploader may be gone; the row says why it failed
+            log.info("could not tell %s: %s", row.reply_to, why)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -189,14 +190,16 @@ async def serve(
     settings: SweepSettings | None = None,
     database: DatabaseSettings | None = None,
     kafka: KafkaSettings | None = None,
+    topics: TopicSettings | None = None,
 ) -> None:
     settings = settings or SweepSettings()
     database = database or DatabaseSettings()
     kafka = kafka or KafkaSettings()
+    reply_topics = ReplyTopics.of(topics or TopicSettings())
     await verify_schema(database)
     publisher = AiokafkaPublisher(kafka, client_id="contextcore-sweep")
     await publisher.start()
-    sweeper = Sweeper(settings, database, publisher)
+    sweeper = Sweeper(settings, database, publisher, reply_topics=reply_topics)
     health = HealthServer(
         sweeper.registry, port=settings.metrics_port, live=sweeper.health, ready=lambda: True
     )

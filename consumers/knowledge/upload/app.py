@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import upload_topics
 from consumers.knowledge.upload.handler import UploadHandler
@@ -52,6 +53,7 @@ def create_app(
     topics = topics or TopicSettings()
     database = database or DatabaseSettings()
     knowledge = knowledge or KnowledgeSettings()
+    reply_topics = ReplyTopics.of(topics)
 
     @asynccontextmanager
     async def open_handler(
@@ -93,6 +95,7 @@ def create_app(
                     publisher,
                     topics.embed,
                     UploadMetrics.create(metrics.registry),
+                    reply_topics=reply_topics,
                     max_attempts=upload.max_attempts,
                     max_record_bytes=kafka.max_record_bytes,
                 )
@@ -122,6 +125,7 @@ def create_app(
         kafka=kafka,
         database=database,
         topics=upload_topics(topics),
+        reply_topics=reply_topics,
         open_handler=open_handler,
         dead_letter_causes=("refused",),
         retry_causes=("object_store",),

@@ -1,7 +1,9 @@
 """One upload, one outcome.
 
-1. Decode and validate (``schemas.upload``). An invalid upload with a usable address is answered
-   ``rejected``; without one it is dead-lettered.
+1. Decode and validate (``schemas.upload``). A ``reply_to`` the reply-topic rule refuses is
+   never answered: the record is dead-lettered (``reply_to_refused``) and nothing is stored.
+   An invalid upload with a usable address is answered ``rejected``; without one it is
+   dead-lettered.
 2. :meth:`~contextcore.knowledge.ingest.Ingestion.prepare`: the source row, the text, the
    chunks (a reason to fail becomes a ``failed`` source, not an error of the consumer). An
    address refused before anything is stored is answered ``rejected``. An object store that
@@ -19,7 +21,7 @@
 
 An upload that replaces a generation still pending also tells that generation's uploader
 ``superseded`` (:meth:`UploadHandler.tell_superseded`), on the address the source row is
-about to forget: nobody else could tell it any more.
+about to forget (if the rule allows it): nobody else could tell it any more.
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ from collections.abc import Sequence
 
 from pydantic import ValidationError
 
+from broker.reply_topics import ReplyTopics
 from broker.tracing import trace_headers
-from consumers.knowledge.replies import rejected, reply, status_of, superseded
+from consumers.knowledge.replies import rejected, reply, status_of, superseded, tell
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.runtime.decoding import decode_request
-from consumers.runtime.delivery import Publisher, PublishError
+from consumers.runtime.delivery import Publisher
 from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import (
     DeadLetter,
@@ -82,16 +85,20 @@ class UploadHandler:
         embed_topic: str,
         metrics: UploadMetrics,
         *,
+        reply_topics: ReplyTopics,
         max_attempts: int = 4,
         max_record_bytes: int = 1_000_000,
     ) -> None:
-        """``max_attempts``: the runtime's; the last attempt of an upload whose object store
-        does not answer fails its source (the uploader hears why) instead of a dead letter.
-        ``max_record_bytes``: the broker's record limit, which every batch's record fits."""
+        """``reply_topics``: the rule every ``reply_to`` passes, at intake and in
+        :meth:`tell_superseded`. ``max_attempts``: the runtime's; the last attempt of an upload
+        whose object store does not answer fails its source (the uploader hears why) instead of
+        a dead letter. ``max_record_bytes``: the broker's record limit, which every batch's
+        record fits."""
         self.ingestion = ingestion
         self.publisher = publisher
         self.embed_topic = embed_topic
         self.metrics = metrics
+        self.reply_topics = reply_topics
         self.max_attempts = max_attempts
         self.max_record_bytes = max_record_bytes
 
@@ -186,24 +193,15 @@ class UploadHandler:
     async def tell_superseded(self, replaced: Superseded) -> None:
         """Tell the uploader of a pending generation this record's upload replaced: its final
         status, ``superseded``. Awaited as soon as the accept commits, before anything else can
-        fail. A publish the broker refuses is logged, not retried: a redelivered record would
-        no longer know the address (the uploader's client then times out)."""
+        fail. A publish the broker refuses, or to a topic the rule refuses, is logged, not
+        retried: a redelivered record would no longer know the address (the uploader's client
+        then times out)."""
         if replaced.reply_to is None or replaced.correlation_id is None:
             return
         message = superseded(replaced, replaced.correlation_id)
-        try:
-            await self.publisher.publish(
-                replaced.reply_to,
-                message.model_dump_json().encode(),
-                key=None,
-                headers=[
-                    ("content-type", b"application/json"),
-                    ("correlation_id", replaced.correlation_id.encode()),
-                    *trace_headers(),
-                ],
-            )
-        except PublishError as error:
-            log.warning("could not tell %s it was superseded: %s", replaced.reply_to, error)
+        why = await tell(self.publisher, self.reply_topics, replaced.reply_to, message)
+        if why is not None:
+            log.warning("could not tell %s it was superseded: %s", replaced.reply_to, why)
 
     def records(self, batches: Sequence[Batch]) -> list[tuple[bytes, bytes]]:
         """Every batch as the records (key, value) that carry it, each under the record limit.
@@ -278,7 +276,9 @@ class UploadHandler:
     def decode(
         self, value: bytes | None
     ) -> UploadRequestV1 | ReingestRequestV1 | Reply | DeadLetter:
-        return decode_request(value, parse_upload_topic, "upload", _refuse)
+        return decode_request(
+            value, parse_upload_topic, "upload", _refuse, reply_topics=self.reply_topics
+        )
 
 
 def answer(prepared: Prepared, correlation_id: str) -> UploadStatusV1:
