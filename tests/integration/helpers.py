@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -120,6 +120,46 @@ async def read_records(
     finally:
         await consumer.stop()
     return records
+
+
+async def replies_among(
+    bootstrap: str, topics: Iterable[str], correlation_ids: Collection[str]
+) -> list[tuple[str, str]]:
+    """``(topic, correlation id)`` of every record in ``topics``, read from the beginning to
+    the end, whose ``correlation_id`` header (every reply carries it) is one of
+    ``correlation_ids``. A topic that does not exist holds none (it is not created: a broker
+    that creates a topic on its first record would show one there)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    )
+    await consumer.start()
+    found: list[tuple[str, str]] = []
+    try:
+        await consumer.topics()  # metadata of every topic, creating none
+        partitions = [
+            TopicPartition(topic, partition)
+            for topic in sorted(set(topics))
+            for partition in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        if not partitions:
+            return found
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        async with asyncio.timeout(60):
+            while [p for p, end in ends.items() if await consumer.position(p) < end]:
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    for record in batch:
+                        header = dict(record.headers or ()).get("correlation_id", b"")
+                        cid = header.decode("utf-8", "replace")
+                        if cid in correlation_ids:
+                            found.append((record.topic, cid))
+    finally:
+        await consumer.stop()
+    return found
 
 
 async def read_json(

@@ -1,0 +1,143 @@
+"""A reply goes only to a topic a caller may own (issue 32, item 6), through the real broker and
+each request consumer as its own process.
+
+An attacker's review found the service writing its replies (briefs with a tenant's data among
+them) wherever ``reply_to`` pointed: into request topics, the embedding topic, a dead-letter
+topic and ``__consumer_offsets``. Here every request consumer (build, upload, memory) reads
+requests, valid and invalid, whose ``reply_to`` names such a topic or one outside the reply
+pattern: nothing of theirs is written to that topic (read from its beginning), each one is a
+dead letter ``reply_to_refused`` naming the topic, and the valid request behind them is
+answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from broker.topics import dead_letter_topic, ensure_topics, memory_topics, upload_topics
+from schemas.memory import Invoker
+from tests.integration.helpers import (
+    Librdkafka,
+    read_json,
+    remember_message,
+    replies_among,
+    request_message,
+)
+from tests.services import Config, StartConsumer
+
+pytestmark = pytest.mark.integration
+
+ORG = uuid.UUID("6f1c2a3b-0000-4000-8000-0000000000e6")
+PRINCIPAL = Invoker(
+    organization_id=ORG,
+    definition_id=uuid.UUID("6f1c2a3b-0000-4000-8000-00000000d0e6"),
+    user_id=uuid.UUID("6f1c2a3b-0000-4000-8000-00000000e0e6"),
+)
+
+
+def upload_message(correlation_id: str, reply_to: str) -> dict[str, Any]:
+    return {
+        "correlation_id": correlation_id,
+        "reply_to": reply_to,
+        "scope": "organization",
+        "organization_id": str(ORG),
+        "title": "Notes",
+        "media_type": "text/markdown",
+        "idempotency_key": f"k-{correlation_id}",
+        "uri": f"docs://{correlation_id}",
+        "content": {"text": "# Notes\n\nRefunds within 30 days."},
+    }
+
+
+def reingest_message(correlation_id: str, reply_to: str) -> dict[str, Any]:
+    """A retry of a source that does not exist: answered ``rejected``, when answered."""
+    return {
+        "action": "reingest",
+        "scope": "organization",
+        "organization_id": str(ORG),
+        "source_id": str(uuid.uuid4()),
+        "idempotency_key": f"k-{correlation_id}",
+        "correlation_id": correlation_id,
+        "reply_to": reply_to,
+    }
+
+
+def memory_message(correlation_id: str, reply_to: str) -> dict[str, Any]:
+    return remember_message(correlation_id, reply_to, PRINCIPAL, text=f"fact {correlation_id}")
+
+
+Message = Callable[[str, str], dict[str, Any]]
+CONSUMERS: dict[str, tuple[str, list[Message]]] = {
+    # consumer: (its request topic's setting, the requests it reads)
+    "build": ("build_request", [request_message]),
+    "upload": ("upload", [upload_message, reingest_message]),
+    "memory": ("memory_write", [memory_message]),
+}
+OTHER_REQUEST = {"build": "upload", "upload": "memory_write", "memory": "build_request"}
+
+
+def forbidden_topics(config: Config, consumer: str) -> dict[str, str]:
+    """What the review found written, and a name outside the reply pattern."""
+    topics = config.topics
+    own = getattr(topics, CONSUMERS[consumer][0])
+    return {
+        "internal": "__consumer_offsets",
+        "own request": own,
+        "another request": getattr(topics, OTHER_REQUEST[consumer]),
+        "embed": topics.embed,
+        "dead letter": dead_letter_topic(own),
+        "outside the pattern": topics.reply_prefix.replace(".reply", ".elsewhere"),
+    }
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("consumer", sorted(CONSUMERS))
+async def test_a_forbidden_reply_topic_gets_nothing_and_the_request_a_dead_letter(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection, consumer: str
+) -> None:
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'R')", ORG)
+    await ensure_topics(config.bootstrap, [*upload_topics(config.topics)])
+    await ensure_topics(config.bootstrap, memory_topics(config.topics))
+    # one record at a time: once the last request is answered, each one before it is settled
+    config = config.with_(consumer, max_in_flight=1)
+    setting, messages = CONSUMERS[consumer]
+    request_topic = getattr(config.topics, setting)
+    forbidden = forbidden_topics(config, consumer)
+    await start_consumer(config, consumer=consumer)
+    reply_to = config.reply_topic("allowed")
+    client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
+    refused: dict[str, str] = {}  # correlation id -> the topic it named
+    try:
+        for name, topic in forbidden.items():
+            for index, make in enumerate(messages):
+                valid = make(f"{name}-{index}", topic)
+                invalid = {**make(f"{name}-{index}-invalid", topic), "surprise": True}
+                for message in (valid, invalid):
+                    refused[message["correlation_id"]] = topic
+                    value = json.dumps(message).encode()
+                    await asyncio.to_thread(client.send, request_topic, value, b"one")
+        after = messages[0]("after", reply_to)
+        await asyncio.to_thread(client.send, request_topic, json.dumps(after).encode(), b"one")
+        answer = await asyncio.to_thread(client.reply, "after", 120.0)
+    finally:
+        await asyncio.to_thread(client.close)
+    assert answer["correlation_id"] == "after"
+    assert answer.get("status") in {"ok", "pending", "written"}
+
+    assert await replies_among(config.bootstrap, forbidden.values(), refused) == []
+    letters = await read_json(
+        config.bootstrap, dead_letter_topic(request_topic), until=len(refused)
+    )
+    assert len(letters) == len(refused)
+    for letter in letters:
+        message = json.loads(letter["payload"])
+        topic = refused[message["correlation_id"]]
+        assert letter["cause"] == "reply_to_refused", letter
+        assert f"'{topic}'" in letter["reason"], letter
