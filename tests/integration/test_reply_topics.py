@@ -114,11 +114,12 @@ async def test_a_forbidden_reply_topic_gets_nothing_and_the_request_a_dead_lette
     reply_to = config.reply_topic("allowed")
     client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
     refused: dict[str, str] = {}  # correlation id -> the topic it named
+    run = uuid.uuid4().hex[:8]  # __consumer_offsets is the broker's, shared by every test
     try:
         for name, topic in forbidden.items():
             for index, make in enumerate(messages):
-                valid = make(f"{name}-{index}", topic)
-                invalid = {**make(f"{name}-{index}-invalid", topic), "surprise": True}
+                valid = make(f"{run}-{name}-{index}", topic)
+                invalid = {**make(f"{run}-{name}-{index}-invalid", topic), "surprise": True}
                 for message in (valid, invalid):
                     refused[message["correlation_id"]] = topic
                     value = json.dumps(message).encode()
