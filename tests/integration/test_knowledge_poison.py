@@ -3,9 +3,10 @@ sent by a librdkafka client (issue 8): every record is settled, the consumer nev
 valid record queued behind a poisoned one on the same partition is still handled.
 
 Upload records are fuzzed at the message (bytes, huge numbers, deep nesting, lone surrogates,
-NUL bytes, oversize records, wrong types, bad reply addresses, hostile object addresses under a
-root that holds a named pipe and a link out) and at the document: random bytes
-declared as PDF, HTML, Markdown or text, which must fail their source, not the consumer.
+NUL bytes, oversize records, wrong types, bad reply addresses, reply topics the reply-topic rule
+refuses, which must get nothing, hostile object addresses under a root that holds a named pipe
+and a link out) and at the document: random bytes declared as PDF, HTML, Markdown or text, which
+must fail their source, not the consumer.
 """
 
 from __future__ import annotations
@@ -26,8 +27,20 @@ from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, upload_topics
 from contextcore.knowledge.encoder import DEFAULT_MODEL
-from tests.integration.helpers import Librdkafka, free_port, read_json, status_mb, until_true
-from tests.integration.test_poison_records import json_values, text_of
+from tests.integration.helpers import (
+    Librdkafka,
+    free_port,
+    read_json,
+    replies_among,
+    status_mb,
+    until_true,
+)
+from tests.integration.test_poison_records import (
+    foreign_reply_topics,
+    json_values,
+    named_reply_topics,
+    text_of,
+)
 from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
@@ -67,7 +80,11 @@ TARGETS = [
 
 @st.composite
 def poison_upload(
-    draw: st.DrawFn, reply_to: str, correlation_id: str, file_root: str = "/srv/uploads"
+    draw: st.DrawFn,
+    reply_to: str,
+    correlation_id: str,
+    foreign: st.SearchStrategy[str],
+    file_root: str = "/srv/uploads",
 ) -> bytes:
     kind = draw(
         st.sampled_from(
@@ -80,6 +97,7 @@ def poison_upload(
                 "surrogate",
                 "nul",
                 "address",
+                "foreign_address",
                 "document",
                 "object",
             ]
@@ -92,6 +110,21 @@ def poison_upload(
     message = upload(correlation_id, reply_to)
     if kind == "address":
         message["reply_to"] = draw(st.sampled_from(["", ".", "x" * 300, "\ud800", 7, None]))
+        return json.dumps(message).encode()
+    if kind == "foreign_address":  # an upload, a retry, valid or not: never answered there
+        message["reply_to"] = draw(foreign)
+        if draw(st.booleans()):
+            message = {
+                "action": "reingest",
+                "scope": "organization",
+                "organization_id": str(ORG),
+                "source_id": str(uuid.uuid4()),
+                "idempotency_key": message["idempotency_key"],
+                "correlation_id": correlation_id,
+                "reply_to": message["reply_to"],
+            }
+        if draw(st.booleans()):
+            message["title"] = draw(json_values)
         return json.dumps(message).encode()
     if kind == "object":  # a hostile object address: every one ends in a status with a reason
         del message["uri"], message["content"]
@@ -157,6 +190,9 @@ async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
     reply_to = config.reply_topic("upload-fuzz")
     client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
     sent: dict[str, tuple[int, int]] = {}
+    foreign = foreign_reply_topics(config.topics)
+    named: set[str] = set()  # the other reply topics the records named
+    run = uuid.uuid4().hex[:8]  # __consumer_offsets is the broker's: ids no other run sends
 
     @settings(
         max_examples=80,
@@ -165,8 +201,9 @@ async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
     )
     @given(st.data())
     def fuzz(data: st.DataObject) -> None:
-        correlation_id = f"fuzz-{len(sent)}"
-        value = data.draw(poison_upload(reply_to, correlation_id, str(root)))
+        correlation_id = f"fuzz-{run}-{len(sent)}"
+        value = data.draw(poison_upload(reply_to, correlation_id, foreign, str(root)))
+        named.update(named_reply_topics(value, reply_to))
         key = data.draw(st.sampled_from([b"a", b"b"]))
         sent[correlation_id] = client.send(config.topics.upload, value, key)
         after = f"after-{correlation_id}"
@@ -192,6 +229,8 @@ async def test_fuzzed_uploads_never_stall_a_partition_and_each_one_is_settled(
         assert reply["status"] in {"pending", "ready", "failed", "rejected"}
         if reply["status"] in {"failed", "rejected"}:
             assert reply["reason"]
+    assert named  # the fuzzer did name other reply topics (about one record in ten)
+    assert await replies_among(config.bootstrap, named, sent) == []  # none outside the rule
     assert "Traceback" not in consumer.log()
 
 

@@ -2,7 +2,8 @@
 real broker and a real consumer process, sent by a librdkafka client (issue 7, defect 1).
 
 Each poison record must end in a reply or a bounded dead letter, and the valid request queued
-behind it on the same partition must still be answered; the consumer never dies.
+behind it on the same partition must still be answered; the consumer never dies. The fuzzer
+also names reply topics the reply-topic rule refuses (issue 32): nothing may be written there.
 """
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from broker.reply_topics import ReplyTopics, is_topic_name
+from broker.settings import TopicSettings
 from broker.topics import dead_letter_topic
+from schemas import wire
 from tests.integration import seed
-from tests.integration.helpers import ORG, Librdkafka, read_json, request_message
+from tests.integration.helpers import (
+    ORG,
+    Librdkafka,
+    read_json,
+    replies_among,
+    request_message,
+)
 from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
@@ -168,12 +178,39 @@ json_values = st.recursive(
 )
 
 
+def foreign_reply_topics(topics: TopicSettings) -> st.SearchStrategy[str]:
+    """Topic names the reply-topic rule refuses: Kafka's internal ones, the service's own and
+    their dead-letter topics, look-alikes of those and of the reply prefix, and any other name
+    outside the reply pattern."""
+    rule = ReplyTopics.of(topics)
+    own = [topics.build_request, topics.upload, topics.memory_write, topics.embed]
+    named = ["__consumer_offsets", "__transaction_state", *own, *map(dead_letter_topic, own)]
+    tails = st.from_regex(r"[A-Za-z0-9._-]{0,20}", fullmatch=True)
+    heads = st.sampled_from(["__", topics.reply_prefix, f"{topics.reply_prefix}.x", *own])
+    anything = st.from_regex(r"[A-Za-z0-9._-]{1,60}", fullmatch=True)
+    return (st.sampled_from(named) | st.builds(str.__add__, heads, tails) | anything).filter(
+        lambda name: is_topic_name(name) and not rule.allows(name)
+    )
+
+
+def named_reply_topics(value: bytes, own: str) -> set[str]:
+    """The reply topic a record names, when it is not ``own`` and could be written to."""
+    address = wire.address_of(value)
+    return set() if address is None or address[0] == own else {address[0]}
+
+
 @st.composite
-def poison(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
-    """A record a careless or hostile producer could send."""
+def poison(
+    draw: st.DrawFn, reply_to: str, correlation_id: str, foreign: st.SearchStrategy[str]
+) -> bytes:
+    """A record a careless or hostile producer could send; ``foreign``: reply topics the
+    service must refuse."""
     kind = draw(
         st.sampled_from(
-            ["bytes", "value", "huge", "deep", "surrogate", "nul", "oversize", "bad_address"]
+            [
+                *("bytes", "value", "huge", "deep", "surrogate", "nul", "oversize"),
+                *("bad_address", "foreign_address"),
+            ]
         )
     )
     if kind == "bytes":
@@ -183,6 +220,11 @@ def poison(draw: st.DrawFn, reply_to: str, correlation_id: str) -> bytes:
             st.integers(300_000, 990_000)
         )
     message = request_message(correlation_id, reply_to)
+    if kind == "foreign_address":  # valid, or not: never answered there
+        message["reply_to"] = draw(foreign)
+        if draw(st.booleans()):
+            message["policy"] = draw(json_values)
+        return json.dumps(message).encode()
     if kind == "bad_address":
         message["reply_to"] = draw(
             st.sampled_from(["", ".", "x" * 300, "\ud800", 7, None, ["a"], "a b"])
@@ -221,6 +263,9 @@ async def test_fuzzed_records_never_stall_a_partition_and_each_one_is_settled(
     consumer = await start_consumer(config)
     client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
     sent: dict[str, tuple[int, int]] = {}
+    foreign = foreign_reply_topics(config.topics)
+    named: set[str] = set()  # the other reply topics the records named
+    run = uuid.uuid4().hex[:8]  # __consumer_offsets is the broker's: ids no other run sends
 
     @settings(
         max_examples=120,
@@ -230,8 +275,9 @@ async def test_fuzzed_records_never_stall_a_partition_and_each_one_is_settled(
     )
     @given(st.data())
     def fuzz(data: st.DataObject) -> None:
-        correlation_id = f"fuzz-{len(sent)}"
-        value = data.draw(poison(reply_to, correlation_id))
+        correlation_id = f"fuzz-{run}-{len(sent)}"
+        value = data.draw(poison(reply_to, correlation_id, foreign))
+        named.update(named_reply_topics(value, reply_to))
         key = data.draw(st.sampled_from([b"a", b"b", b"c"]))
         headers = data.draw(
             st.lists(
@@ -265,4 +311,6 @@ async def test_fuzzed_records_never_stall_a_partition_and_each_one_is_settled(
     assert not {letter["cause"] for letter in letters} & {"gave_up", "retry_refused"}
     for cid, position in sent.items():
         assert cid in answered or position in parked_at, (cid, position)
+    assert named  # the fuzzer did name other reply topics (about one record in ten)
+    assert await replies_among(config.bootstrap, named, sent) == []  # none outside the rule
     assert "Traceback" not in consumer.log()
