@@ -152,7 +152,7 @@ async def test_an_upload_deleted_after_its_batches_were_sent_is_told(
     source gone (here one of an older generation) answers the uploader failed, on its reply
     topic, with its correlation id and the generation deleted; later ones store nothing and
     say nothing; a ready document's deletion keeps no reply address (nobody waits on it)."""
-    reply_topic = f"{running.topics.embed}.replies"
+    reply_topic = running.reply_topic("deleted")
     source = uuid.uuid4()
     await admin.execute(
         "INSERT INTO knowledge_sources (id, organization_id, kind, title, uri, media_type,"

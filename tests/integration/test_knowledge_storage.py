@@ -569,6 +569,7 @@ async def _plan(admin: asyncpg.Connection, organization: uuid.UUID, vector: np.n
 async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
     admin: asyncpg.Connection, tenants: None, database: Database, config: Config
 ) -> None:
+    from broker.reply_topics import ReplyTopics
     from consumers.knowledge.sweep.app import Sweeper, SweepSettings
     from consumers.runtime.kafka import AiokafkaPublisher
     from contextcore.settings import DatabaseSettings
@@ -598,6 +599,7 @@ async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
             SweepSettings(metrics_port=0),
             DatabaseSettings.model_construct(url=database.url),
             publisher,
+            reply_topics=ReplyTopics.of(config.topics),  # this test's reply prefix
         )
         swept = await sweeper.sweep_once()
         assert [s.source_id for s in swept] == [stale]
