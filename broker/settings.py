@@ -38,6 +38,14 @@ class KafkaSettings(BaseSettings):
     """A publish that the broker does not acknowledge in this time fails (then it is retried)."""
     max_record_bytes: int = Field(default=1_000_000, ge=10_000)
     """The largest record a client publishes; replies and dead letters are kept under it."""
+
+    @property
+    def max_request_bytes(self) -> int:
+        """What a producer of ours may send in one request (``max_request_size``): a record of
+        ``max_record_bytes`` with its key and headers, never under Kafka's 1 MiB. A consumer
+        reads no larger record (:func:`request_bytes`)."""
+        return request_bytes(self.max_record_bytes)
+
     create_topics: bool = True
     """A consumer creates its missing topics at start. Off where an operator owns the topics
     (Strimzi's ``KafkaTopic``s in k8s/): a missing topic then stops the consumer with an error
@@ -128,3 +136,8 @@ class TopicSettings(BaseSettings):
         process that reads it (a :class:`ConfigurationError`, not a refused reply later)."""
         ReplyTopics.of(self)
         return self
+
+
+def request_bytes(max_record_bytes: int) -> int:
+    """The request limit of producers whose records are at most ``max_record_bytes``."""
+    return max(1_048_576, max_record_bytes + 4_096)

@@ -56,6 +56,7 @@ from prometheus_client import Histogram
 from pydantic import BaseModel
 
 from broker.reply_topics import ReplyTopics
+from broker.settings import request_bytes
 from broker.topics import dead_letter_topic
 from broker.tracing import trace_headers
 from consumers.runtime import logs, tracing
@@ -163,6 +164,7 @@ class Delivery:
         self.publisher = publisher
         self.settings = settings
         self.max_record_bytes = max_record_bytes
+        self.max_intake_bytes = request_bytes(max_record_bytes)
         self.metrics = metrics
         self.reply_topics = reply_topics
         """Checked again for every reply, farewells included: a handler's address may come
@@ -384,7 +386,7 @@ class Delivery:
                     f"the record took its process down {prior.solo_crashes} times while it "
                     f"ran alone (started {prior.starts} times without an outcome)"
                 )
-                await self._give_up(record, DeadLetter("crashed_the_consumer", reason))
+                await self._give_up(record, DeadLetter("crashed_the_consumer", reason, told=reason))
                 self._outcomes["dead_letter"].inc()
             else:
                 await self.journal.solo_started(start)
@@ -419,7 +421,17 @@ class Delivery:
             self._stage(stage).observe(seconds)
 
     async def _handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
-        """The handler's outcome; tried again in place while the database does not answer."""
+        """The handler's outcome; tried again in place while the database does not answer.
+
+        A value larger than any producer of ours sends is never read (what a handler would make
+        of it grows with it: JSON, models, an encoder's input), whatever the broker took."""
+        size = len(record.value or b"")
+        if size > self.max_intake_bytes:
+            return DeadLetter(
+                TOO_LARGE,
+                f"the record is {size:,} bytes, over the {self.max_intake_bytes:,} bytes a "
+                "producer of this service's settings sends: not read",
+            )
         wait_s = self.settings.retry_backoff_s
         while True:
             try:
@@ -448,7 +460,7 @@ class Delivery:
         if letter.cause not in _FAREWELL_CAUSES:
             return
         try:
-            farewell = self.handler.farewell(record, f"{letter.cause}: {letter.reason}")
+            farewell = self.handler.farewell(record, f"{letter.cause}: {letter.told or ''}")
         except Exception:
             log.exception("%s: no farewell for %s", self.consumer, record.position)
             return
@@ -527,7 +539,9 @@ class Delivery:
         attempt = record.attempt
         if attempt >= self.settings.max_attempts:
             return DeadLetter(
-                "gave_up", f"{retry.cause}: {retry.reason} (after {attempt} attempts)"
+                "gave_up",
+                f"{retry.cause}: {retry.reason} (after {attempt} attempts)",
+                told=f"{_TOLD.get(retry.cause, retry.cause)} (after {attempt} attempts)",
             )
         delay_s = backoff_s(
             attempt,
@@ -691,14 +705,23 @@ class Delivery:
 
 
 _MONITOR_INTERVAL_S = 1.0
+TOO_LARGE = "too_large"
+"""A record larger than any producer of ours sends: dead-lettered unread."""
 RUNTIME_DEAD_LETTER_CAUSES = (
     "gave_up",
     "crashed_the_consumer",
     "reply_refused",
     REPLY_TO_REFUSED,
+    TOO_LARGE,
     "retry_refused",
 )
 _FAREWELL_CAUSES = frozenset({"gave_up", "crashed_the_consumer"})
+_TOLD = {
+    "timeout": "it was not handled in time",
+    "handler_error": "an internal error",
+    "reply_publish": "its reply could not be published",
+}
+"""What a caller hears of the runtime's retry causes; the dead letter keeps the detail."""
 
 
 def _label(outcome: object) -> str:

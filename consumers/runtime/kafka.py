@@ -150,7 +150,7 @@ class AiokafkaPublisher:
             enable_idempotence=False,
             linger_ms=0,
             request_timeout_ms=kafka.request_timeout_ms,
-            max_request_size=max(1_048_576, kafka.max_record_bytes + 4_096),
+            max_request_size=kafka.max_request_bytes,
         )
 
     async def start(self) -> None:

@@ -138,10 +138,14 @@ class Done:
 
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Park the record: ``cause`` is a short label (a metric label), ``reason`` the detail."""
+    """Park the record: ``cause`` is a short label (a metric label), ``reason`` the detail (the
+    operator's: it may quote an exception). ``told`` is what the record's caller may hear of it,
+    when the runtime tells it (a farewell): never an exception's text, which may hold a
+    database's tables, values or addresses."""
 
     cause: str
     reason: str
+    told: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

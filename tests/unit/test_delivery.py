@@ -634,7 +634,21 @@ async def test_a_record_given_up_on_is_answered_besides_its_dead_letter() -> Non
     await rig.settle()
     assert [m.cause for m in map(_letter, rig.publisher.to("t.dlt"))] == ["gave_up"]
     assert [offset for offset, _ in handler.farewells] == [3]
-    assert "RuntimeError: a bug" in handler.farewells[0][1]
+    assert handler.farewells[0][1] == "gave_up: an internal error (after 1 attempts)"
+    assert "a bug" in _letter(rig.publisher.to("t.dlt")[0]).reason  # the operator's, only
+    await rig.close()
+
+
+async def test_a_record_larger_than_a_producer_of_ours_sends_is_never_read() -> None:
+    """Whatever the broker took: what a handler makes of a value grows with it."""
+    handler = Scripted(reply)
+    rig = Rig(handler)
+    await rig.delivery.submit(record(0, value=b"x" * 1_048_577))
+    await rig.delivery.submit(record(1))
+    await rig.settle()
+    [letter] = map(_letter, rig.publisher.to("t.dlt"))
+    assert (letter.cause, letter.offset, letter.payload_bytes) == ("too_large", 0, 1_048_577)
+    assert handler.seen == [1]
     await rig.close()
 
 
