@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import stat
 import time
@@ -57,6 +58,8 @@ from contextcore.knowledge.addresses import (
     ObjectUnavailable,
     bucket_name,
 )
+
+log = logging.getLogger("contextcore.knowledge")
 
 _PIECE = 1024 * 1024
 
@@ -234,9 +237,15 @@ class ObjectReader:
             code = str(error.response.get("Error", {}).get("Code", ""))
             if code in {"NoSuchKey", "NoSuchBucket", "404", "AccessDenied", "403"}:
                 raise ObjectError(f"the object cannot be read: {code}") from error
-            raise ObjectUnavailable(f"the object store refused: {code or error}") from error
+            log.warning("the object store refused %s: %s", address.bucket, error)
+            refusal = code if code.isalnum() else type(error).__name__
+            raise ObjectUnavailable(f"the object store refused: {refusal}") from error
         except BotoCoreError as error:
-            raise ObjectUnavailable(f"the object store did not answer: {error}") from error
+            # the error's text names the endpoint and the request: the operator's, in the log
+            log.warning("the object store did not answer for %s: %s", address.bucket, error)
+            raise ObjectUnavailable(
+                f"the object store did not answer ({type(error).__name__})"
+            ) from error
 
 
 def _mount(fd: int, info: os.stat_result) -> tuple[str, int]:

@@ -157,13 +157,14 @@ async def test_a_store_that_never_answers_fails_the_source_on_the_last_attempt(
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
     await start_consumer(config, consumer="upload")
     async with config.knowledge_client() as client:
-        with pytest.raises(UploadFailed, match=r"did not answer.*\(after the last attempt\)"):
+        with pytest.raises(UploadFailed, match=r"did not answer.*\(after the last attempt\)") as no:
             await client.upload(
                 organization_id=ORG_A,
                 title="Handbook",
                 media_type="text/markdown",
                 object=f"s3://{BUCKET}/{ORG_A}/handbook.md",
             )
+    assert "127.0.0.1" not in str(no.value)  # the endpoint is the operator's, not the uploader's
     assert await admin.fetchval("SELECT status FROM knowledge_sources") == "failed"
 
 
