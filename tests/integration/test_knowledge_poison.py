@@ -358,7 +358,9 @@ async def test_batches_aimed_at_the_encoders_memory_keep_it_under_its_limit(
     config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
 ) -> None:
     """The reviewer's batch, 64 chunks of 100,000 ``!`` (6.4 MB), took the embedding consumer
-    past 1,536 MB three times; the largest batch the wire still takes aimed at the same memory
+    past 1,536 MB three times: it is not read now (larger than any producer of ours sends), nor
+    is one of 9 such chunks (over the wire's bounds); the largest batch the wire still takes
+    aimed at the same memory
     (15 chunks of 65,536 ``!``, under 1,000,000 characters), and 512 chunks of the longest text
     a chunk of ours holds, are encoded within it. A genuine batch behind them is stored."""
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'F')", ORG)
@@ -383,7 +385,8 @@ async def test_batches_aimed_at_the_encoders_memory_keep_it_under_its_limit(
 
     nowhere = uuid.uuid4()  # no such source: encoded, then nothing stored
     values = [
-        batch(nowhere, 64, "!" * 100_000),
+        batch(nowhere, 64, "!" * 100_000),  # over what a producer of ours sends: never read
+        batch(nowhere, 9, "!" * 100_000),  # a record it reads, over the wire's bounds
         batch(nowhere, 15, "!" * 65_536),
         batch(nowhere, 512, "!" * 1_950),
         batch(source, 1, "a genuine passage"),
@@ -398,8 +401,8 @@ async def test_batches_aimed_at_the_encoders_memory_keep_it_under_its_limit(
         return bool(await admin.fetchval("SELECT chunks_stored = 1 FROM knowledge_source_models"))
 
     await until_true(stored, timeout=300)
-    letters = await read_json(config.bootstrap, dead_letter_topic(config.topics.embed), until=1)
-    assert [letter["cause"] for letter in letters] == ["invalid"]  # over the wire's bounds
+    letters = await read_json(config.bootstrap, dead_letter_topic(config.topics.embed), until=2)
+    assert [letter["cause"] for letter in letters] == ["too_large", "invalid"]
     assert consumer.process.returncode is None
     peak = status_mb(consumer.process.pid, "VmHWM")
     print(f"the embedding consumer's peak: {peak:.0f} MB")
