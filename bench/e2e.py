@@ -85,7 +85,7 @@ class Target:
     database_url: str
     legacy: bool  # before issue 7: one settings class, one credential, no stage metrics
 
-    def environ(self, topic: str, group: str, port: int) -> dict[str, str]:
+    def environ(self, topic: str, reply_prefix: str, group: str, port: int) -> dict[str, str]:
         kept = {"CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS", "CONTEXTCORE_BUILD_MAX_IN_FLIGHT"}
         env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_") or k in kept}
         env["CONTEXTCORE_KNOWLEDGE_CACHE_DIR"] = str(CACHE / "models")  # the encoder, offline
@@ -93,6 +93,9 @@ class Target:
         env["CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS"] = BOOTSTRAP[0]
         env["CONTEXTCORE_DATABASE_URL"] = self.database_url
         env["CONTEXTCORE_TOPIC_BUILD_REQUEST"] = topic
+        # the reply-topic rule: the generator's reply topic is under this prefix, and the
+        # consumer answers no topic outside it (broker/reply_topics.py)
+        env["CONTEXTCORE_TOPIC_REPLY_PREFIX"] = reply_prefix
         env["CONTEXTCORE_BUILD_GROUP_ID"] = group
         env["CONTEXTCORE_METRICS_PORT" if self.legacy else "CONTEXTCORE_BUILD_METRICS_PORT"] = str(
             port
@@ -160,7 +163,11 @@ def free_port() -> int:
 
 
 @contextmanager
-def consumers(target: Target, topic: str, count: int) -> Iterator[list[Consumer]]:
+def consumers(
+    target: Target, topic: str, reply_prefix: str, count: int
+) -> Iterator[list[Consumer]]:
+    """``count`` consumer processes in one new group, reading ``topic`` and answering under
+    ``reply_prefix`` (the reply-topic rule refuses every other reply topic)."""
     group = f"bench-{uuid.uuid4().hex[:8]}"
     started: list[Consumer] = []
     try:
@@ -170,7 +177,7 @@ def consumers(target: Target, topic: str, count: int) -> Iterator[list[Consumer]
                 process = subprocess.Popen(
                     [sys.executable, "-m", "consumers.cli", "serve", "build"],
                     cwd=target.code_dir,
-                    env=target.environ(topic, group, port),
+                    env=target.environ(topic, reply_prefix, group, port),
                     stdout=subprocess.PIPE,
                     stderr=errors,
                 )
@@ -472,15 +479,17 @@ def fresh_step(
     rose from 2 ms to 9 ms within 2,500 records in one partition), so every step starts on
     empty topics, and replies spread over eight partitions.
     """
-    topic = f"bench.{uuid.uuid4().hex[:8]}.build-request"
-    reply_topic = f"{topic}.reply"
+    tag = uuid.uuid4().hex[:8]
+    topic = f"bench.{tag}.build-request"
+    reply_prefix = f"bench.{tag}.reply"
+    reply_topic = f"{reply_prefix}.generator"
     asyncio.run(
         ensure_topics(BOOTSTRAP[0], [TopicSpec(topic, 4), TopicSpec(reply_topic, REPLY_PARTITIONS)])
     )
     client = Client(BOOTSTRAP[0], reply_topic)
     make = request_maker(orgs, reply_topic, workload, KNOWLEDGE[0] if KNOWLEDGE else None)
     try:
-        with consumers(target, topic, count) as running:
+        with consumers(target, topic, reply_prefix, count) as running:
             for warm_rate, warm_s in ((20.0, 4.0), (rate, 1.0)):
                 warm = open_loop(client, topic, make, rate=warm_rate, seconds=warm_s, wait_s=60)
                 if warm.answered < warm.sent:

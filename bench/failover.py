@@ -47,7 +47,9 @@ SETUPS = [
 ]
 
 
-def start(setup: Setup, url: str, topic: str, group: str, member: str) -> subprocess.Popen[bytes]:
+def start(
+    setup: Setup, url: str, topic: str, reply_prefix: str, group: str, member: str
+) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
     env.update(
         {
@@ -58,6 +60,9 @@ def start(setup: Setup, url: str, topic: str, group: str, member: str) -> subpro
             "CONTEXTCORE_KAFKA_HEARTBEAT_INTERVAL_MS": str(setup.heartbeat_interval_ms),
             "CONTEXTCORE_DATABASE_URL": url,
             "CONTEXTCORE_TOPIC_BUILD_REQUEST": topic,
+            # the reply-topic rule: the generator's reply topic is under this prefix, and the
+            # consumer answers no topic outside it (broker/reply_topics.py)
+            "CONTEXTCORE_TOPIC_REPLY_PREFIX": reply_prefix,
             "CONTEXTCORE_BUILD_GROUP_ID": group,
             "CONTEXTCORE_BUILD_METRICS_PORT": str(free_port()),
         }
@@ -78,13 +83,15 @@ def start(setup: Setup, url: str, topic: str, group: str, member: str) -> subpro
 
 
 def one_round(setup: Setup, url: str, make_for: object) -> float:
-    topic = f"failover.{uuid.uuid4().hex[:8]}"
-    reply_topic = f"{topic}.reply"
+    tag = uuid.uuid4().hex[:8]
+    topic = f"failover.{tag}"
+    reply_prefix = f"failover.{tag}.reply"
+    reply_topic = f"{reply_prefix}.generator"
     asyncio.run(ensure_topics(BOOTSTRAP[0], [TopicSpec(topic, 4), TopicSpec(reply_topic, 1)]))
     group = f"failover-{uuid.uuid4().hex[:6]}"
     client = Client(BOOTSTRAP[0], reply_topic)
     make = make_for(reply_topic)  # type: ignore[operator]
-    processes = [start(setup, url, topic, group, f"member-{i}") for i in range(2)]
+    processes = [start(setup, url, topic, reply_prefix, group, f"member-{i}") for i in range(2)]
     sent: dict[bytes, float] = {}
     stop = threading.Event()
 
@@ -116,7 +123,7 @@ def one_round(setup: Setup, url: str, make_for: object) -> float:
         killed_at = time.perf_counter()
         processes[0].wait()
         if setup.static:
-            processes[0] = start(setup, url, topic, group, "member-0")
+            processes[0] = start(setup, url, topic, reply_prefix, group, "member-0")
         time.sleep(1)
         after = [c for c, t in sent.items() if killed_at <= t < killed_at + 1]
         limit = time.perf_counter() + 90
