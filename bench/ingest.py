@@ -104,10 +104,12 @@ async def main() -> None:
     admin = await asyncpg.connect(seeded.admin_url)
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'bench')", organization)
     tag = uuid.uuid4().hex[:8]
-    topics = TopicSettings.model_construct(upload=f"bench.{tag}.upload", embed=f"bench.{tag}.embed")
+    topics = TopicSettings.model_construct(
+        upload=f"bench.{tag}.upload", embed=f"bench.{tag}.embed", reply_prefix=f"bench.{tag}.reply"
+    )
     bootstrap = seeded.stack.bootstrap_servers
     await ensure_topics(bootstrap, upload_topics(topics))
-    reply_topic = f"bench.{tag}.reply"
+    reply_topic = f"{topics.reply_prefix}.uploader"
     from broker.topics import TopicSpec
 
     await ensure_topics(bootstrap, [TopicSpec(reply_topic, 1)])
@@ -119,6 +121,9 @@ async def main() -> None:
         "CONTEXTCORE_DATABASE_URL": seeded.url,
         "CONTEXTCORE_TOPIC_UPLOAD": topics.upload,
         "CONTEXTCORE_TOPIC_EMBED": topics.embed,
+        # the reply-topic rule: the uploader's reply topic is under this prefix, and neither
+        # consumer answers (nor the embedding group says ready to) a topic outside it
+        "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
         "CONTEXTCORE_UPLOAD_GROUP_ID": f"bench-{tag}-upload",
         "CONTEXTCORE_UPLOAD_METRICS_PORT": "0",
         "CONTEXTCORE_EMBED_GROUP_ID": f"bench-{tag}-embed",
