@@ -126,6 +126,9 @@ async def main() -> None:
         "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": str(TANSU_FETCH_MAX_WAIT_MS),
         "CONTEXTCORE_DATABASE_URL": seeded.url,
         "CONTEXTCORE_TOPIC_BUILD_REQUEST": topics.build_request,
+        # the client's reply topic is under the bench's prefix: the consumer's reply-topic rule
+        # must say so, or it answers nothing (broker/reply_topics.py)
+        "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
         "CONTEXTCORE_BUILD_GROUP_ID": f"bench-{tag}",
         "CONTEXTCORE_BUILD_METRICS_PORT": "0",
         "CONTEXTCORE_BUILD_PRELOAD_ENCODER": "true",

@@ -312,6 +312,9 @@ async def main() -> None:
                 "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": "50",
                 "CONTEXTCORE_DATABASE_URL": seeded.url,
                 "CONTEXTCORE_TOPIC_MEMORY_WRITE": topics.memory_write,
+                # the clients' reply topics are under the bench's prefix: the consumer's
+                # reply-topic rule must say so, or it answers nothing (broker/reply_topics.py)
+                "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
                 "CONTEXTCORE_MEMORY_GROUP_ID": f"bench-{tag}-memory",
                 "CONTEXTCORE_MEMORY_METRICS_PORT": "0",
             }

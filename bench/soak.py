@@ -783,6 +783,9 @@ def environment(
         "CONTEXTCORE_TOPIC_MEMORY_WRITE": topics.memory_write,
         "CONTEXTCORE_TOPIC_UPLOAD": topics.upload,
         "CONTEXTCORE_TOPIC_EMBED": topics.embed,
+        # the clients' reply topics are under the soak's prefix: every process's reply-topic
+        # rule must say so, or none answers them (broker/reply_topics.py)
+        "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
         "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
     }
     for consumer in ("BUILD", "MEMORY", "UPLOAD", "EMBED"):
