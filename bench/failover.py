@@ -91,7 +91,7 @@ def one_round(setup: Setup, url: str, make_for: object) -> float:
     group = f"failover-{uuid.uuid4().hex[:6]}"
     client = Client(BOOTSTRAP[0], reply_topic)
     make = make_for(reply_topic)  # type: ignore[operator]
-    processes = [start(setup, url, topic, reply_prefix, group, f"member-{i}") for i in range(2)]
+    processes: list[subprocess.Popen[bytes]] = []
     sent: dict[bytes, float] = {}
     stop = threading.Event()
 
@@ -106,8 +106,10 @@ def one_round(setup: Setup, url: str, make_for: object) -> float:
             time.sleep(1 / 40)
 
     generator = threading.Thread(target=generate, daemon=True)
-    generator.start()
-    try:
+    try:  # a member that started is stopped even when the other one does not start
+        for i in range(2):
+            processes.append(start(setup, url, topic, reply_prefix, group, f"member-{i}"))
+        generator.start()
         deadline = time.perf_counter() + 60  # until both members serve (every reply is fast)
         while time.perf_counter() < deadline:
             time.sleep(1)
@@ -132,7 +134,8 @@ def one_round(setup: Setup, url: str, make_for: object) -> float:
         return max(client.arrived.get(c, float("inf")) for c in after) - killed_at
     finally:
         stop.set()
-        generator.join()
+        if generator.ident is not None:  # started
+            generator.join()
         client.close()
         for process in processes:
             if process.poll() is None:
