@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from schemas.context import (
+    MAX_ENTITIES,
     BriefManifest,
     ContextBrief,
     ContextPolicy,
@@ -119,8 +120,11 @@ def parse_build_request(data: Any) -> tuple[BuildRequestV1, int]:
     dropped = 0
     if isinstance(data, dict) and isinstance(data.get("request"), dict):
         request = dict(data["request"])
-        if "entities" in request:
-            entities, dropped = split_entities(request["entities"])
+        raw = request.get("entities")
+        if isinstance(raw, list) and len(raw) > MAX_ENTITIES:
+            pass  # more than a request may name: refused whole by the model, no entry read
+        elif "entities" in request:
+            entities, dropped = split_entities(raw)
             request["entities"] = [entity.model_dump() for entity in entities]
         data = {**data, "request": request}
     return BuildRequestV1.model_validate(data), dropped

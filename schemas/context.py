@@ -18,6 +18,14 @@ MAX_CONTEXT_ITEM_LIMIT = 999
 """The ceiling of ``ContextSourceSpec.limit``: one read's row bound minus one.
 
 No source repeats the number."""
+MAX_ENTITIES = 1_000
+"""Refs one request may name: what is already in scope for one turn, not a search. Every list
+a request holds is bounded: what a consumer makes of a request (models, a validation error per
+malformed entry) grows with its lists, and a request is read 16 at a time (issue 32)."""
+MAX_POLICY_SOURCES = 64
+"""Sources one policy may name (the service knows seven)."""
+MAX_SOURCE_OPTIONS = 64
+"""Keys of one source's options (each source declares a handful)."""
 
 ContextKind = Literal[
     "application",
@@ -108,7 +116,7 @@ class ContextRequest(BaseModel):
 
     subject: ContextSubject
     query: StorableText
-    entities: tuple[ResourceRef, ...]
+    entities: Annotated[tuple[ResourceRef, ...], Field(max_length=MAX_ENTITIES)]
     run_id: UUID | None = None
     conversation_id: UUID | None = None
 
@@ -118,12 +126,14 @@ class ContextSourceSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: Annotated[str, Field(max_length=200)]
     enabled: bool = True
     required: bool = False
     token_budget: StrictBudget
     limit: Annotated[int, Field(ge=0, le=MAX_CONTEXT_ITEM_LIMIT, strict=True)] | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: Annotated[dict[str, Any], Field(max_length=MAX_SOURCE_OPTIONS)] = Field(
+        default_factory=dict
+    )
 
 
 class ContextPolicy(BaseModel):
@@ -131,10 +141,12 @@ class ContextPolicy(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sources: list[ContextSourceSpec]
+    sources: Annotated[list[ContextSourceSpec], Field(max_length=MAX_POLICY_SOURCES)]
     total_token_budget: StrictBudget = 0
     refresh_on_resume: bool = True
-    page_order: list[ContextKind] = Field(default_factory=list)
+    page_order: Annotated[list[ContextKind], Field(max_length=len(get_args(ContextKind)))] = Field(
+        default_factory=list
+    )
 
     @field_validator("page_order")
     @classmethod

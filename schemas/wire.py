@@ -7,8 +7,11 @@ surrogates (``"\\ud800"``), which decode into a ``str`` that UTF-8 cannot encode
 quoting them cannot be published. :func:`decode` refuses all of them with one
 :class:`WireError` that says what and where, so the caller can answer instead of crashing.
 
-Limits (RFC 7493, I-JSON, in spirit): UTF-8 text, at most :data:`MAX_DEPTH` levels, integers
-within ±2**63, finite numbers, no lone surrogate in a key or a string.
+Limits (RFC 7493, I-JSON, in spirit): UTF-8 text, at most :data:`MAX_DEPTH` levels, at most
+:data:`MAX_WIDTH` members in an object or an array, integers within ±2**63, finite numbers, no
+lone surrogate in a key or a string. The width bounds what validation makes of a record: a
+validator records an error per unknown key or malformed entry, and one megabyte of ``{}`` is
+350,000 of them (a build request of those took its consumer past a gigabyte).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from schemas.envelope import has_lone_surrogate, reply_address
 from schemas.errors import ContextcoreError
 
 MAX_DEPTH = 64
+MAX_WIDTH = 4_096
+"""Members of one object or array at most (every list a contract holds is bounded far below)."""
 MAX_INT = 2**63
 
 # A string (an unterminated one runs to the end) or a bracket: one linear scan, no backtracking
@@ -32,7 +37,7 @@ _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.S)
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
-CAUSES = ("not_json", "number_range", "too_deep", "lone_surrogate")
+CAUSES = ("not_json", "number_range", "too_deep", "too_wide", "lone_surrogate")
 """Every :attr:`WireError.cause` (a dead letter's cause when the record names no reply)."""
 
 
@@ -96,9 +101,27 @@ def decode(value: bytes | None, *, lenient: tuple[tuple[str, ...], ...] = ()) ->
     except (ValueError, RecursionError) as error:
         # JSONDecodeError, and int() refusing more than 4,300 digits
         raise WireError("not_json", f"not JSON: {str(error)[:200]}") from None
+    if text.count(",") >= MAX_WIDTH:  # else no container can hold that many members
+        _widest(data)
     if "\\u" in text and _SURROGATE_ESCAPE.search(text):
         _lone_surrogates(data, lenient)
     return data
+
+
+def _widest(data: Any) -> None:
+    """Walk the decoded value (iteratively) and refuse a container of over :data:`MAX_WIDTH`
+    members."""
+    stack: list[tuple[Any, list[str | int]]] = [(data, [])]
+    while stack:
+        node, path = stack.pop()
+        if isinstance(node, dict | list) and len(node) > MAX_WIDTH:
+            raise WireError(
+                "too_wide", f"{_path(path)} holds {len(node)} members; the limit is {MAX_WIDTH}"
+            )
+        if isinstance(node, dict):
+            stack.extend((child, [*path, key]) for key, child in node.items())
+        elif isinstance(node, list):
+            stack.extend((child, [*path, index]) for index, child in enumerate(node))
 
 
 def _max_depth(text: str) -> int:

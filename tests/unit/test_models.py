@@ -11,6 +11,8 @@ from contextcore.tokens import estimate_tokens
 from schemas.context import (
     CLASS_ORDER,
     MAX_CONTEXT_ITEM_LIMIT,
+    MAX_ENTITIES,
+    MAX_SOURCE_OPTIONS,
     ContextPolicy,
     ContextRequest,
     ContextSourceSpec,
@@ -125,3 +127,23 @@ def test_the_subject_states_every_field_even_when_null() -> None:
         ContextSubject.model_validate({"organization_id": str(uuid.uuid4())})
     missing = {e["loc"][0] for e in raised.value.errors() if e["type"] == "missing"}
     assert missing == {"user_id", "trigger_id", "definition_id"}
+
+
+def test_every_list_a_request_holds_is_bounded() -> None:
+    """Validation keeps an error per malformed entry: an unbounded list is unbounded memory."""
+    subject = ContextSubject(
+        organization_id=uuid.uuid4(), user_id=None, trigger_id=None, definition_id=None
+    )
+    ref = ResourceRef(kind="crm.company", id="8f21")
+    ContextRequest(subject=subject, query="q", entities=(ref,) * MAX_ENTITIES)
+    with pytest.raises(ValidationError) as refused:
+        ContextRequest(subject=subject, query="q", entities=(ref,) * (MAX_ENTITIES + 1))
+    assert refused.value.error_count() == 1
+    with pytest.raises(ValidationError) as refused:
+        ContextPolicy.model_validate({"sources": [{}] * 100_000})
+    assert refused.value.error_count() == 1  # not two per entry
+    options = {f"o{i}": i for i in range(MAX_SOURCE_OPTIONS + 1)}
+    with pytest.raises(ValidationError):
+        ContextSourceSpec(name="x", token_budget=1, options=options)
+    with pytest.raises(ValidationError):
+        ContextPolicy.model_validate({"sources": [], "page_order": ["memory"] * 11})

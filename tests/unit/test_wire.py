@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.wire import MAX_DEPTH, WireError, address_of, decode
+from schemas.wire import MAX_DEPTH, MAX_WIDTH, WireError, address_of, decode
 
 ENVELOPE = {"correlation_id": "c-1", "reply_to": "replies.a", "request": {}, "policy": {}}
 
@@ -116,3 +116,24 @@ def test_escaped_quotes_cannot_make_the_depth_count_slow() -> None:
     with pytest.raises(WireError) as raised:
         decode(value)
     assert raised.value.cause == "too_deep"
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"[" + b",".join([b"{}"] * (MAX_WIDTH + 1)) + b"]",
+        b'{"a": [' + b",".join([b"1"] * (MAX_WIDTH + 1)) + b"]}",
+        b"{" + b",".join(b'"k%d": 1' % i for i in range(MAX_WIDTH + 1)) + b"}",
+    ],
+    ids=["a list of objects", "a nested list", "an object's keys"],
+)
+def test_a_container_wider_than_the_limit_is_refused(value: bytes) -> None:
+    """A validator records an error per unknown key or malformed entry: width is memory."""
+    with pytest.raises(WireError) as refused:
+        decode(value)
+    assert refused.value.cause == "too_wide"
+
+
+def test_a_container_at_the_limit_and_commas_in_strings_are_accepted() -> None:
+    assert len(decode(b"[" + b",".join([b"1"] * MAX_WIDTH) + b"]")) == MAX_WIDTH
+    assert decode(json.dumps(["," * 10_000, {"a": ", " * 5_000}]).encode())[0] == "," * 10_000
