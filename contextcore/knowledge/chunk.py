@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from contextcore.knowledge.extract import Section
+from contextcore.knowledge.extract import ExtractionError, Section
 from schemas.upload import MAX_CHUNK_CHARS
 
 if TYPE_CHECKING:
@@ -95,9 +95,19 @@ class ChunkSettings:
 
 
 def chunk(
-    title: str, sections: list[Section], tokenizer: Tokenizer, settings: ChunkSettings
+    title: str,
+    sections: list[Section],
+    tokenizer: Tokenizer,
+    settings: ChunkSettings,
+    *,
+    max_chunks: int | None = None,
 ) -> list[Chunk]:
-    """The chunks of a document, in order."""
+    """The chunks of a document, in order.
+
+    Raises:
+        ExtractionError: the document makes more than ``max_chunks`` (it stops at the first
+            one over).
+    """
     chunks: list[Chunk] = []
     budget = settings.max_tokens - settings.special_tokens
     for section in sections:
@@ -109,6 +119,11 @@ def chunk(
         if not text:
             continue
         for body in tokenizer.windows(text, budget, settings.overlap, settings.max_chars):
+            if max_chunks is not None and len(chunks) == max_chunks:
+                raise ExtractionError(
+                    f"the document makes more than {max_chunks:,} passages (the limit of one "
+                    "document): split it"
+                )
             tokens = tokenizer.count(body) + settings.special_tokens
             chunks.append(Chunk(len(chunks), heading, body, tokens))
     return chunks

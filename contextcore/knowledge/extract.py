@@ -50,6 +50,11 @@ class Limits:
     max_pages: int = 2_000
     max_stream_bytes: int = 25_000_000
     """What one compressed PDF stream may inflate to (pypdf's own default is 75 MB)."""
+    max_chunks: int = 10_000
+    """Chunks of one document under one model at most: what an upload makes the consumer hold
+    and the embedding group encode grows with them, and tiny sections under long headings made
+    33,000 of a 300 KB document (issue 32). Prose of the largest document (2 M characters)
+    makes about 2,300."""
 
 
 @dataclass

@@ -82,7 +82,9 @@ class _Answer(BaseModel):
     reason: Annotated[str, Field(max_length=10_000)] | None = None
     limit: str | None = None
     sections: list[tuple[list[str], list[str]]] | None = None
-    chunks: dict[str, list[tuple[int, str, str, int]]] | None = None
+    headings: list[Annotated[str, Field(max_length=MAX_HEADING_CHARS)]] | None = None
+    chunks: dict[str, list[tuple[int, int, str, int]]] | None = None
+    """Per model: ordinal, the index of its heading path in ``headings``, text, tokens."""
 
 
 class _Worker:
@@ -210,7 +212,9 @@ class TextSandbox:
             "sections": None if sections is None else [[s.path, s.paragraphs] for s in sections],
         }
         async with self._slots:
-            return await self._run(json.dumps(job).encode(), document or b"", models)
+            return await self._run(
+                json.dumps(job).encode(), document or b"", models, limits or Limits()
+            )
 
     async def close(self) -> None:
         self._closed = True
@@ -218,7 +222,9 @@ class TextSandbox:
         await asyncio.gather(*(w.kill() for w in self._busy), return_exceptions=True)
         self._idle.clear()
 
-    async def _run(self, job: bytes, document: bytes, models: dict[str, ModelWindow]) -> Cut:
+    async def _run(
+        self, job: bytes, document: bytes, models: dict[str, ModelWindow], limits: Limits
+    ) -> Cut:
         worker = await self._worker()
         self._busy.add(worker)
         started = time.monotonic()
@@ -235,7 +241,7 @@ class TextSandbox:
             except _Died:
                 await worker.kill()
                 raise ExtractionError(self._death(worker, await worker.stderr_closed())) from None
-            cut = self._parse(raw, models)
+            cut = self._parse(raw, models, limits)
             reusable = True  # a worker whose job failed is replaced, whatever the reason
             return cut
         finally:
@@ -303,7 +309,7 @@ class TextSandbox:
         )
         return _Worker(process)
 
-    def _parse(self, raw: bytes, models: dict[str, ModelWindow]) -> Cut:
+    def _parse(self, raw: bytes, models: dict[str, ModelWindow], limits: Limits) -> Cut:
         try:
             answer = _Answer.model_validate_json(raw)
         except ValidationError as error:
@@ -314,22 +320,32 @@ class TextSandbox:
             if answer.limit == "memory":
                 raise ExtractionError(f"extraction exceeded {self.limits.memory_mb} MB of memory")
             raise ExtractionError(answer.reason or "extraction failed")
-        if answer.sections is None or answer.chunks is None or set(answer.chunks) != set(models):
+        headings = answer.headings
+        if (
+            answer.sections is None
+            or headings is None
+            or answer.chunks is None
+            or set(answer.chunks) != set(models)
+        ):
             raise ExtractionError("the extraction process answered nonsense (missing parts)")
         sections = [Section(tuple(path), paragraphs) for path, paragraphs in answer.sections]
         chunks: dict[str, list[Chunk]] = {}
         for model, rows in answer.chunks.items():
             window = models[model].settings
-            made = [Chunk(*row) for row in rows]
-            if not made or any(
-                c.ordinal != i
-                or not 0 < len(c.text) <= window.max_chars
-                or len(c.section) > MAX_HEADING_CHARS
-                or not 0 < c.tokens <= window.max_tokens
-                for i, c in enumerate(made)
+            if (
+                not rows
+                or len(rows) > limits.max_chunks
+                or any(
+                    ordinal != i
+                    or not 0 <= heading < len(headings)
+                    or not 0 < len(text) <= window.max_chars
+                    or not 0 < tokens <= window.max_tokens
+                    for i, (ordinal, heading, text, tokens) in enumerate(rows)
+                )
             ):
                 raise ExtractionError("the extraction process answered nonsense (chunks)")
-            chunks[model] = made
+            # each chunk shares its heading's one string: the answer sends each once
+            chunks[model] = [Chunk(o, headings[h], text, t) for o, h, text, t in rows]
         return Cut(sections, chunks)
 
 

@@ -12,6 +12,7 @@ to 800 MB must fail on the memory bound.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import asyncpg
@@ -20,7 +21,7 @@ import pytest
 from broker.topics import ensure_topics, upload_topics
 from producers.knowledge import UploadFailed
 from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
-from tests.integration.helpers import status_mb
+from tests.integration.helpers import Librdkafka, status_mb
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A
 from tests.services import Config, StartConsumer
 
@@ -92,3 +93,52 @@ async def test_each_bomb_ends_in_a_status_within_its_limit(
         "SELECT title, status_reason FROM knowledge_sources WHERE status = 'failed' ORDER BY title"
     )
     assert [r["title"] for r in failed] == ["inflates.pdf", "tags.html"]
+
+
+def many_sections(count: int) -> str:
+    """Tiny sections under a 1,200-character heading: each chunk repeated the heading path."""
+    return "# " + "h" * 1_200 + "\n\n" + "## s\n\nw\n\n" * count
+
+
+@pytest.mark.timeout(600)
+async def test_many_small_sections_are_bounded_in_chunks_and_in_the_consumers_memory(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    """A 300 KB document of 33,000 sections made 33,000 chunks, a 64 MB extraction answer, and
+    four of them took an upload consumer from 57 to 497 MB (issue 32). Now it fails on the
+    document's chunk limit, and four of 9,000 sections (under it) are accepted with each heading
+    sent once: the consumer's peak stays under 300 MB."""
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", ORG_A)
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    upload = await start_consumer(config, consumer="upload")  # no embedding group: pending
+    reply_to = config.reply_topic("sections")
+    client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
+    sent = {f"over-{i}": 33_000 for i in range(4)} | {f"under-{i}": 9_000 for i in range(4)}
+    try:
+        for name, count in sent.items():
+            message = {
+                "correlation_id": name,
+                "reply_to": reply_to,
+                "scope": "organization",
+                "organization_id": str(ORG_A),
+                "title": name,
+                "media_type": "text/markdown",
+                "idempotency_key": name,
+                "uri": f"docs://{name}",
+                "content": {"text": many_sections(count)},
+            }
+            await asyncio.to_thread(
+                client.send, config.topics.upload, json.dumps(message).encode(), name.encode()
+            )
+        replies = {name: await asyncio.to_thread(client.reply, name, 300.0) for name in sent}
+    finally:
+        await asyncio.to_thread(client.close)
+    peak = status_mb(upload.process.pid, "VmHWM")
+    print(f"the upload consumer's peak: {peak:.0f} MB")
+    assert peak < 300, f"the upload consumer peaked at {peak:.0f} MB"
+    for name, reply in replies.items():
+        if name.startswith("over"):
+            assert reply["status"] == "failed", reply
+            assert "more than 10,000 passages" in reply["reason"]
+        else:
+            assert reply["status"] == "pending", reply

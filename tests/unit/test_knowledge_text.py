@@ -205,3 +205,10 @@ def test_every_chunk_is_bounded_in_pieces_and_characters(words: list[str]) -> No
     assert all(0 < len(c.text) <= WINDOW.max_chars for c in chunks)
     assert all(c.tokens <= WINDOW.max_tokens for c in chunks)
     assert all(len(c.section) <= MAX_HEADING_CHARS for c in chunks)
+
+
+def test_a_document_makes_at_most_max_chunks_and_stops_at_the_first_over() -> None:
+    sections = [Section(("h",), [f"w{i}"]) for i in range(50)]
+    assert len(chunk("T", sections, TOKENIZER, WINDOW, max_chunks=50)) == 50
+    with pytest.raises(ExtractionError, match="more than 49 passages"):
+        chunk("T", sections, TOKENIZER, WINDOW, max_chunks=49)

@@ -86,6 +86,7 @@ def create_app(
                     max_bytes=upload.max_document_bytes,
                     max_chars=upload.max_document_chars,
                     max_pages=upload.max_pdf_pages,
+                    max_chunks=upload.max_document_chunks,
                 ),
                 batch_size=upload.embed_batch_chunks,
             )

@@ -27,6 +27,8 @@ class UploadSettings(ConsumerSettings):
     max_document_bytes: int = Field(default=20_000_000, ge=1)
     max_document_chars: int = Field(default=2_000_000, ge=1)
     max_pdf_pages: int = Field(default=2_000, ge=1)
+    max_document_chunks: int = Field(default=10_000, ge=1, le=1_000_000)
+    """Chunks one document may make under one model (contextcore/knowledge/extract.py)."""
     extract_workers: int = Field(default=2, ge=1, le=64)
     """Worker processes that extract and chunk (one CPU each while they work)."""
     extract_memory_mb: int = Field(default=512, ge=128, le=65_536)
