@@ -10,10 +10,14 @@ or a file system could read as another one (issue 32, :func:`_plain`).
 The tenant's prefix is checked lexically (objects.py: ``<organization id>/``), and the key is
 sent as it is, so the prefix holds only if nobody between here and the bytes rewrites the key.
 Stores and proxies do: they resolve dot segments (RFC 3986), merge slashes, take ``\\`` for
-``/``, decode percent-escapes again, fold Unicode (NFKC: ``U+FF0E`` and ``U+2024`` are ``.``,
-``U+FF0F`` is ``/``), drop zero-width characters or ``;parameters`` (``/..;/``). So a key is
-refused when any of these readings of it has a segment that is empty or only dots, or a
-backslash: then no reading climbs out of its first segment, the tenant's
+``/``, decode percent-escapes again (and ``+`` as a space, as a form does), trim spaces, cut
+``;parameters`` (``/..;/``) or a ``?query``, fold Unicode (NFKC: ``U+FF0E`` and ``U+2024`` are
+``.``, ``U+FF0F`` is ``/``, ``U+FF1F`` is ``?``), fold accents away (combining marks dropped),
+or drop "invisible" characters (Unicode's Default_Ignorable_Code_Point: zero-width characters,
+variation selectors, the Hangul fillers; UTS #46 maps them all to nothing). So a key is
+refused when its :func:`_skeleton`, the reading that does all of these at once, or the key
+itself has a segment a reader may take for nothing or for dots, a backslash or a
+percent-escape: then no reading climbs out of its first segment, the tenant's
 (tests/unit/test_object_addresses.py states it as a property).
 """
 
@@ -37,11 +41,12 @@ class ObjectUnavailable(ContextcoreError):
 
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: no name holds one
 _ESCAPE = re.compile(r"%(?:[0-9A-Fa-f]{2}|[uU][0-9A-Fa-f]{4})")  # %2e, and IIS's %u002e
+_CUT = re.compile(r"[;?#]")  # where a reader ends a segment: ;parameters, ?query, #fragment
 _LOOKALIKES = str.maketrans(
     {
-        "\u3002": ".",  # IDEOGRAPHIC FULL STOP (and U+FF61, which NFKC makes it): IDNA's dots
+        "\u3002": ".",  # IDEOGRAPHIC FULL STOP (and U+FF61, U+FE12, which NFKD make it): IDNA's
         "\u2215": "/",  # DIVISION SLASH, FRACTION SLASH, BIG SOLIDUS: best-fit mappings'
         "\u2044": "/",
         "\u29f8": "/",
@@ -49,6 +54,35 @@ _LOOKALIKES = str.maketrans(
         "\u29f9": "\\",
     }
 )
+# Unicode's Default_Ignorable_Code_Point, from its definition in DerivedCoreProperties.txt
+# (Other_Default_Ignorable_Code_Point + Cf + Variation_Selector - White_Space - U+FFF9..FFFB -
+# U+13430..1343F - Prepended_Concatenation_Mark), the same from Unicode 14.0 (Python 3.11's
+# unicodedata) to 16.0. unicodedata has no such property: tests/unit/test_object_addresses.py
+# checks each range against the categories and names it can.
+DEFAULT_IGNORABLE: tuple[tuple[int, int], ...] = (
+    (0x00AD, 0x00AD),  # Cf  SOFT HYPHEN
+    (0x034F, 0x034F),  # Mn  COMBINING GRAPHEME JOINER
+    (0x061C, 0x061C),  # Cf  ARABIC LETTER MARK
+    (0x115F, 0x1160),  # Lo  HANGUL CHOSEONG FILLER, HANGUL JUNGSEONG FILLER
+    (0x17B4, 0x17B5),  # Mn  KHMER VOWEL INHERENT AQ, AA
+    (0x180B, 0x180F),  # Mn  MONGOLIAN FREE VARIATION SELECTOR 1-4; Cf 180E VOWEL SEPARATOR
+    (0x200B, 0x200F),  # Cf  ZERO WIDTH SPACE, (NON-)JOINER, LEFT-TO-RIGHT/RIGHT-TO-LEFT MARK
+    (0x202A, 0x202E),  # Cf  bidi embeddings, pop and overrides
+    (0x2060, 0x206F),  # Cf  WORD JOINER .. NOMINAL DIGIT SHAPES; Cn 2065, reserved
+    (0x3164, 0x3164),  # Lo  HANGUL FILLER
+    (0xFE00, 0xFE0F),  # Mn  VARIATION SELECTOR-1..16
+    (0xFEFF, 0xFEFF),  # Cf  ZERO WIDTH NO-BREAK SPACE (the byte order mark)
+    (0xFFA0, 0xFFA0),  # Lo  HALFWIDTH HANGUL FILLER
+    (0xFFF0, 0xFFF8),  # Cn  reserved
+    (0x1BCA0, 0x1BCA3),  # Cf  SHORTHAND FORMAT LETTER OVERLAP .. UP STEP
+    (0x1D173, 0x1D17A),  # Cf  MUSICAL SYMBOL BEGIN BEAM .. END PHRASE
+    (0xE0000, 0xE0FFF),  # Cf  tags (E0001, E0020..E007F); Mn  VARIATION SELECTOR-17..256
+    #                      (E0100..E01EF); Cn  the rest, reserved
+)
+_IGNORABLE = frozenset(chr(c) for first, last in DEFAULT_IGNORABLE for c in range(first, last + 1))
+# Marks (accent folding drops Mn, and some folders every M), format characters, and code points
+# this Unicode (14.0) has not assigned: a reader on a newer one may know one as a mark.
+_DROPPED_CATEGORIES = frozenset({"Mn", "Mc", "Me", "Cf", "Cn"})
 MAX_KEY_BYTES = 1024
 
 
@@ -68,38 +102,63 @@ def bucket_name(name: str) -> str:
     raise ValueError(f"{name!r} is an IP address, not a bucket name")
 
 
-def _folded(path: str) -> str:
-    """``path`` as a reader that folds Unicode may see it: NFKC, format characters (zero-width,
-    bidi controls) dropped, and the lookalikes of ``.``, ``/`` and ``\\`` that NFKC leaves."""
-    nfkc = unicodedata.normalize("NFKC", path)
-    return "".join(c for c in nfkc if unicodedata.category(c) != "Cf").translate(_LOOKALIKES)
+def _visible(text: str) -> str:
+    """``text`` without the characters some reader deletes (:data:`DEFAULT_IGNORABLE` and
+    :data:`_DROPPED_CATEGORIES`)."""
+    return "".join(
+        c
+        for c in text
+        if c not in _IGNORABLE and unicodedata.category(c) not in _DROPPED_CATEGORIES
+    )
+
+
+def _skeleton(path: str) -> str:
+    """``path`` as the most folding reader sees it: invisible characters and marks dropped,
+    NFKD (which NFKC only recomposes), dropped again (NFKD makes ``U+3164`` ``U+1160``, and a
+    character its base and marks), and the lookalikes of ``.``, ``/`` and ``\\`` that NFKD leaves
+    mapped to them.
+
+    A reader deletes at most what is deleted here, and a segment with characters taken away is
+    no less :func:`_blank`; dots, spaces, ``+``, ``;``, ``?`` and ``#`` are their own NFKD, and
+    NFKC only recomposes NFKD's output. So a key whose own segments and skeleton's are not blank
+    has none in a reading that drops some of these characters, in any order, with or without
+    NFKC or NFKD.
+    """
+    return _visible(unicodedata.normalize("NFKD", _visible(path))).translate(_LOOKALIKES)
+
+
+def _blank(segment: str) -> bool:
+    """True of a segment a reader may take for nothing or for dots: once cut at ``;``, ``?`` or
+    ``#``, only dots and spaces (``""``, ``.``, ``..``, ``...``, ``". ."``: trimmed, or Windows
+    dropping a name's trailing dots and spaces), ``+`` counted as a space (a form's encoding)."""
+    name = _CUT.split(segment, maxsplit=1)[0]
+    return not name.replace("+", " ").replace(".", "").strip()
 
 
 def _plain(path: str, what: str) -> None:
     """Refuse ``path`` (an S3 key, or a file path without its leading ``/``), once
-    percent-decoded, unless no normalisation reads it as another path: no segment of only dots
-    and spaces (``""``, ``.``, ``..``, ``...``, ``". ."``: Windows drops a name's trailing dots
-    and spaces), nor one before a ``;``; no backslash; no percent-escape left (``%252e``
-    decodes to ``%2e``, which a reader that decodes again takes for ``.``; ``%u002e``, IIS's);
-    and the same of its Unicode-folded form (:func:`_folded`). ``%2F`` is a slash like any
-    other: the rules see the decoded key, which is the key sent.
+    percent-decoded, unless no normalisation reads it as another path: neither it nor its
+    :func:`_skeleton` has a :func:`_blank` segment, a backslash, or a percent-escape (``%252e``
+    decodes to ``%2e``, which a reader that decodes again takes for ``.``; ``%u002e``, IIS's;
+    ``%\uff12e``, NFKC's ``%2e``). ``%2F`` is a slash like any other: the rules see the decoded
+    key, which is the key sent.
 
     Raises:
         ObjectError: why, naming the segment.
     """
-    if _ESCAPE.search(path):
-        raise ObjectError(
-            f"the {what} is still percent-encoded once decoded (double encoding): decoded "
-            "again, it names another object"
-        )
-    for form in (path, _folded(path)):
+    for form in (path, _skeleton(path)):
+        if _ESCAPE.search(form):
+            raise ObjectError(
+                f"the {what} is still percent-encoded once decoded (double encoding), or once "
+                "Unicode-folded: decoded again, it names another object"
+            )
         if "\\" in form:
             raise ObjectError(
                 f"the {what} holds a backslash (or a character that folds to one), which "
                 "some stores read as '/'"
             )
         for segment in form.split("/"):
-            if not segment.split(";", 1)[0].replace(".", "").strip():
+            if _blank(segment):
                 raise ObjectError(
                     f"the {what} has an empty, '.' or '..' segment ({segment[:20]!r}), or one "
                     "a store may read as such: normalised, it names another object"
