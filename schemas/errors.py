@@ -18,7 +18,8 @@
     ├── ModelMoved                  a scope's live model flipped mid-search: search again
     ├── UnknownModel (LookupError)  a batch names a model this process does not encode with
     ├── BatchRefused                the store will never take an embedding batch
-    ├── NoSuchOrganization          an upload names an organization the database does not hold
+    ├── UploadRefused               the database refuses to open an upload, for good
+    │   └── NoSuchOrganization      ... it names an organization the database does not hold
     ├── Unstorable                  a document's chunks cannot be carried to the embedding group
     ├── MemoryContention            a memory write lost its chain's head too often
     ├── JournalRefused              the memory journal refused a transaction whole
@@ -40,7 +41,7 @@ Where they live: ``SourceFailure`` contextcore/builder.py, ``WireError`` schemas
 extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/addresses.py,
 ``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/search.py, ``UnknownModel``
 contextcore/knowledge/embed.py, ``BatchRefused`` contextcore/knowledge/embed.py,
-``NoSuchOrganization`` contextcore/knowledge/ingest.py, ``Unstorable``
+``UploadRefused`` and ``NoSuchOrganization`` contextcore/knowledge/ingest.py, ``Unstorable``
 consumers/knowledge/upload/handler.py, ``MemoryContention`` and ``JournalRefused`` with its three
 contextcore/memory/service.py, ``Refused`` admin/knowledge.py, ``DocumentTooLarge``
 producers/knowledge.py, the rest here.

@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal, Self
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from schemas.envelope import CorrelationId, Envelope, TopicName
 
@@ -35,7 +35,24 @@ MAX_INLINE_CHARS = 900_000
 
 Text = Annotated[str, Field(min_length=1, max_length=500, pattern=r"^[^\x00-\x1f\x7f]+$")]
 Key = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[\x20-\x7e]+$")]
-Address = Annotated[str, Field(min_length=1, max_length=2_000, pattern=r"^[^\x00-\x1f\x7f]+$")]
+MAX_ADDRESS_BYTES = 2_000
+"""A source's identity (``uri``, ``object``) is a key of a unique btree index, whose rows hold
+at most 2,704 bytes: 2,000 characters of CJK (6,000 bytes) passed a bound in characters and were
+refused by PostgreSQL, so the bound is in UTF-8 bytes."""
+
+
+def _address_bytes(address: str) -> str:
+    size = len(address.encode("utf-8", "surrogatepass"))
+    if size > MAX_ADDRESS_BYTES:
+        raise ValueError(f"is {size:,} bytes in UTF-8, over {MAX_ADDRESS_BYTES:,}")
+    return address
+
+
+Address = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_ADDRESS_BYTES, pattern=r"^[^\x00-\x1f\x7f]+$"),
+    AfterValidator(_address_bytes),
+]
 
 
 class InlineContent(BaseModel):

@@ -57,9 +57,14 @@ CONSUMER = "upload"
 """The consumer whose ledger claims an upload key (the store claims it under this name)."""
 
 
-class NoSuchOrganization(ContextcoreError):
-    """The upload names an organization the database does not hold: refused at once, as an
-    invalid upload is (no retry creates one)."""
+class UploadRefused(ContextcoreError):
+    """The database refuses to open this upload for good (a value it cannot hold, a rule it
+    breaks): refused at once, as an invalid upload is, since the same upload again is refused
+    again. Nothing was stored."""
+
+
+class NoSuchOrganization(UploadRefused):
+    """The upload names an organization the database does not hold (no retry creates one)."""
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,8 @@ class KnowledgeRepository(Protocol):
         the scope's models.
 
         Raises:
-            NoSuchOrganization: ``organization_id`` names no organization (nothing stored).
+            UploadRefused: the database refuses the upload for good (nothing stored);
+                ``NoSuchOrganization`` when ``organization_id`` names no organization.
         """
         ...
 
@@ -261,7 +267,8 @@ class Ingestion:
         Raises:
             ObjectError: the address is refused (malformed, a bucket or a path this service
                 does not read): nothing was stored.
-            NoSuchOrganization: the upload names no organization: nothing was stored.
+            UploadRefused: the database refuses the upload for good (``NoSuchOrganization``:
+                it names no organization): nothing was stored.
             ObjectUnavailable: the object store did not answer (the upload is to be retried);
                 on the ``last_attempt`` the source fails with that reason instead.
         """

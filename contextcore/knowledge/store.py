@@ -36,7 +36,13 @@ import asyncpg
 from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.embed import BatchRefused
 from contextcore.knowledge.extract import Section
-from contextcore.knowledge.ingest import CONSUMER, NewSource, NoSuchOrganization, Opened
+from contextcore.knowledge.ingest import (
+    CONSUMER,
+    NewSource,
+    NoSuchOrganization,
+    Opened,
+    UploadRefused,
+)
 from contextcore.knowledge.state import (
     DELETED,
     Accepted,
@@ -621,6 +627,14 @@ _REFUSED_FOR_GOOD = (
 )
 """What PostgreSQL answers a value it will never store (SQLSTATE classes 22, 23, 54): the same
 batch again is refused again."""
+_UPLOAD_REFUSED_FOR_GOOD = (
+    asyncpg.DataError,
+    asyncpg.ProgramLimitExceededError,
+    asyncpg.CheckViolationError,
+    asyncpg.NotNullViolationError,
+)
+"""The same for opening an upload, but for a unique violation: two uploads of one identity at
+once may race to create it, and the loser's retry finds the winner's source."""
 log = logging.getLogger("contextcore.knowledge")
 
 
@@ -635,27 +649,33 @@ class PostgresKnowledgeRepository:
         self, organization_id: UUID | None, upload_key: str, new: NewSource
     ) -> Opened:
         started = None
-        async with self.database.writing(_scope(organization_id)) as tenant:
-            if organization_id is not None and not await tenant.fetchval(ORGANIZATION_EXISTS):
-                raise NoSuchOrganization(f"no such organization: {organization_id}")
-            claimed = await ledger.claim(tenant, CONSUMER, upload_key)
-            if claimed:
-                started = await accept(
-                    tenant,
-                    source_id=uuid4(),
-                    kind=new.kind,
-                    title=new.title,
-                    uri=new.uri,
-                    object_key=new.object_key,
-                    media_type=new.media_type,
-                    reply_to=new.reply_to,
-                    correlation_id=new.correlation_id,
-                    upload_key=upload_key,
-                )
-                state = await source(tenant, started.source_id)
-            else:
-                state = await source_by_identity(tenant, uri=new.uri, object_key=new.object_key)
-            live, switching = await models(tenant)
+        try:
+            async with self.database.writing(_scope(organization_id)) as tenant:
+                if organization_id is not None and not await tenant.fetchval(ORGANIZATION_EXISTS):
+                    raise NoSuchOrganization(f"no such organization: {organization_id}")
+                claimed = await ledger.claim(tenant, CONSUMER, upload_key)
+                if claimed:
+                    started = await accept(
+                        tenant,
+                        source_id=uuid4(),
+                        kind=new.kind,
+                        title=new.title,
+                        uri=new.uri,
+                        object_key=new.object_key,
+                        media_type=new.media_type,
+                        reply_to=new.reply_to,
+                        correlation_id=new.correlation_id,
+                        upload_key=upload_key,
+                    )
+                    state = await source(tenant, started.source_id)
+                else:
+                    state = await source_by_identity(tenant, uri=new.uri, object_key=new.object_key)
+                live, switching = await models(tenant)
+        except _UPLOAD_REFUSED_FOR_GOOD as error:
+            log.warning("an upload was refused: %s: %s", type(error).__name__, error)
+            raise UploadRefused(
+                f"the database refuses this upload (a value it cannot hold: {type(error).__name__})"
+            ) from error
         return Opened(claimed, started, state, live, switching)
 
     async def open_reingest(

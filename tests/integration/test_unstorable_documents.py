@@ -9,13 +9,18 @@ in four extractions, a dead letter and a source pending until the sweep.
   fails at once, with a reason a person understands.
 * An upload for an organization that does not exist is ``rejected`` ("no such organization"),
   with no database text in the answer and nothing stored.
+* An address its unique index cannot hold (2,000 CJK characters: 6,000 bytes) is ``rejected`` by
+  the schema, in UTF-8 bytes; and whatever else the database refuses to open for good is
+  ``rejected`` at once by the store, never retried into a dead letter.
 * A batch the database refuses for good fails its source at once, and its uploader hears why.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import asyncpg
@@ -24,9 +29,12 @@ import pytest
 from broker.topics import TopicSpec, dead_letter_topic, ensure_topics, upload_topics
 from contextcore.knowledge.chunk import ChunkSettings
 from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.ingest import NewSource, UploadRefused
+from contextcore.knowledge.store import PostgresKnowledgeRepository
+from contextcore.storage.tenancy import TenantDatabase
 from producers.knowledge import UploadFailed
 from schemas.upload import EmbedBatchV1, EmbedChunkV1
-from tests.integration.helpers import assigned_reader, producer, read_json
+from tests.integration.helpers import Librdkafka, assigned_reader, producer, read_json
 from tests.integration.test_knowledge_pipeline import ORG_A
 from tests.services import Config, StartConsumer
 
@@ -170,6 +178,72 @@ async def test_an_upload_for_no_organization_is_rejected_at_once(
     assert not status.details
     assert await admin.fetchval("SELECT count(*) FROM knowledge_sources") == 0
     assert await dead_letters(config) == 0
+
+
+WIDE_URI = "docs://" + "".join(chr(0x4E00 + i * 7_919 % 20_000) for i in range(1_993))
+"""2,000 characters, 5,986 bytes in UTF-8, none repeated often (an index compresses a row that
+repeats one character under its limit)."""
+
+
+@pytest.mark.timeout(300)
+async def test_an_address_its_index_cannot_hold_is_rejected_at_once(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    """2,000 CJK characters passed a bound in characters, and PostgreSQL's unique index refused
+    them (a row over 2,704 bytes) four times: a dead letter ``gave_up`` and a ``handler_error``
+    answer (issue 32). The bound is in bytes now."""
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", ORG_A)
+    await ensure_topics(config.bootstrap, upload_topics(config.topics))
+    await start_consumer(config, consumer="upload")
+    reply_to = config.reply_topic("wide")
+    client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
+    try:
+        for name, uri in (("wide", WIDE_URI), ("object", "s3://b/" + WIDE_URI[7:])):
+            message = {
+                "correlation_id": name,
+                "reply_to": reply_to,
+                "scope": "organization",
+                "organization_id": str(ORG_A),
+                "title": name,
+                "media_type": "text/plain",
+                "idempotency_key": name,
+            } | ({"uri": uri, "content": {"text": "wide"}} if name == "wide" else {"object": uri})
+            await asyncio.to_thread(
+                client.send, config.topics.upload, json.dumps(message).encode(), name.encode()
+            )
+        replies = [await asyncio.to_thread(client.reply, n, 120.0) for n in ("wide", "object")]
+    finally:
+        await asyncio.to_thread(client.close)
+    for reply in replies:
+        assert reply["status"] == "rejected", reply
+        assert "bytes in UTF-8, over 2,000" in json.dumps(reply), reply
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_sources") == 0
+    assert await dead_letters(config) == 0
+
+
+async def test_what_the_database_refuses_to_open_is_refused_for_good(
+    admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """Past the schema (a caller of the store, a bound that drifts from the index): the store
+    answers ``UploadRefused``, which the upload consumer answers ``rejected`` at once, not a
+    database error it would retry four times."""
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", ORG_A)
+    repository = PostgresKnowledgeRepository(tenant_db)
+    new = NewSource(
+        kind="inline",
+        title="Wide",
+        uri=WIDE_URI,  # within the table's CHECK (2,000 characters), over the index's row
+        object_key=None,
+        media_type="text/plain",
+        reply_to=None,
+        correlation_id=None,
+    )
+    with pytest.raises(UploadRefused, match="ProgramLimitExceededError"):
+        await repository.open_upload(ORG_A, "wide", new)
+    assert await admin.fetchval("SELECT count(*) FROM knowledge_sources") == 0
+    assert await admin.fetchval("SELECT count(*) FROM processed_messages") == 0
+    opened = await repository.open_upload(ORG_A, "wide", replace(new, uri="docs://narrow"))
+    assert opened.claimed  # the refused call's key was not spent
 
 
 @pytest.mark.timeout(300)

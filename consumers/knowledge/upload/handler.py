@@ -51,10 +51,10 @@ from contextcore.knowledge.addresses import ObjectError, ObjectUnavailable
 from contextcore.knowledge.ingest import (
     Batch,
     Ingestion,
-    NoSuchOrganization,
     Prepared,
     Reingest,
     Upload,
+    UploadRefused,
 )
 from contextcore.knowledge.state import Superseded
 from schemas import wire
@@ -133,7 +133,7 @@ class UploadHandler:
                 )
         except ObjectUnavailable as error:
             return Retry("object_store", str(error))
-        except (ObjectError, NoSuchOrganization) as error:  # refused before anything was stored
+        except (ObjectError, UploadRefused) as error:  # refused before anything was stored
             self.metrics.uploads.labels(outcome="rejected").inc()
             return reply(
                 decoded.reply_to,
