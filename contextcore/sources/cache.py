@@ -13,8 +13,17 @@ Invariants:
 * **Bounded.** At most ``max_entries`` entries (the least recently used go first), each for at
   most ``ttl_s``.
 * **A read that started before an invalidation does not store what it read:** each organization
-  has a generation, bumped by every invalidation, and ``put`` only stores when the generation
-  is the one seen before the read.
+  has a generation, the cache-wide number of its latest invalidation, and ``put`` only stores
+  when the generation is the one seen before the read.
+* **Notifications cost bounded memory.** The generations of at most ``max_generations``
+  organizations are kept (the least recently invalidated go first); an organization without
+  one has the *floor*, the greatest generation forgotten. A read that began before its
+  organization's invalidation then still never stores: that organization's generation, kept
+  or forgotten into the floor, is past any it could have seen. Each notified id was kept
+  forever before, and a flood of notifications naming ids (a million ``pg_notify`` calls took
+  a build consumer from 311 to 481 MB) grew every process that listens (issue 32). The price of
+  a forgotten one: a read in flight for another organization may be refused a ``put`` (a miss,
+  never a stale entry).
 * **While the listener is down** (before it started, or after its connection dropped and until
   it reconnects) nothing is cached at all: a missed notification would serve stale rows.
 """
@@ -47,20 +56,29 @@ class TenantCache(Generic[T]):
         *,
         ttl_s: float = 60.0,
         max_entries: int = 10_000,
+        max_generations: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_entries < 1:
             raise ValueError("a cache holds at least one entry")
+        if max_generations < 1:
+            raise ValueError("a cache keeps at least one generation")
         self.name = name
         self.ttl_s = ttl_s
         self.max_entries = max_entries
+        self.max_generations = max_generations
         self.clock = clock
         self.listening = False
         self.hits = 0
         self.misses = 0
         self._entries: OrderedDict[tuple[UUID, Hashable], tuple[float, T]] = OrderedDict()
         self._keys: dict[UUID, set[Hashable]] = {}
-        self._generations: dict[UUID, int] = {}
+        self._generations: OrderedDict[UUID, int] = OrderedDict()
+        self._invalidations = 0
+        """The cache-wide count of invalidations: each one's number is its organization's
+        generation."""
+        self._floor = 0
+        """The greatest generation forgotten: that of every organization without its own."""
         self._epoch = 0
 
     def __len__(self) -> int:
@@ -72,7 +90,7 @@ class TenantCache(Generic[T]):
 
     def generation(self, organization_id: UUID) -> Generation:
         """Take it before the read whose result you will ``put``."""
-        return self._epoch, self._generations.get(organization_id, 0)
+        return self._epoch, self._generations.get(organization_id, self._floor)
 
     def get(self, organization_id: UUID, key: Hashable = None) -> T | None:
         entry = self._entries.get((organization_id, key)) if self.listening else None
@@ -99,7 +117,12 @@ class TenantCache(Generic[T]):
             self._drop(oldest, oldest_key)
 
     def invalidate(self, organization_id: UUID) -> None:
-        self._generations[organization_id] = self._generations.get(organization_id, 0) + 1
+        self._invalidations += 1
+        self._generations[organization_id] = self._invalidations
+        self._generations.move_to_end(organization_id)
+        while len(self._generations) > self.max_generations:
+            _, forgotten = self._generations.popitem(last=False)
+            self._floor = max(self._floor, forgotten)
         for key in self._keys.pop(organization_id, set()):
             self._entries.pop((organization_id, key), None)
 
