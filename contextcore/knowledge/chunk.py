@@ -34,17 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from contextcore.knowledge.extract import ExtractionError, Section
+from contextcore.knowledge.extract import (
+    HEADING_SEPARATOR,
+    MAX_HEADING_CHARS,
+    ExtractionError,
+    Section,
+)
 from schemas.upload import MAX_CHUNK_CHARS
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
 
-HEADING_SEPARATOR = " > "
 MAX_HEADING_TOKENS = 128
-"""A longer heading path is cut: it is context, not text."""
-MAX_HEADING_CHARS = 1_000
-"""... and so is one longer than this (the wire carries 4,000: ``MAX_SECTION_CHARS``)."""
+"""A longer heading path is cut: it is context, not text; so is one longer than
+:data:`MAX_HEADING_CHARS` (the wire carries 4,000: ``MAX_SECTION_CHARS``)."""
 CHARS_PER_TOKEN = 8
 """A chunk holds at most this many characters per word piece of its window (see above)."""
 SEGMENT_CHARS = 16_384

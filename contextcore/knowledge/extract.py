@@ -34,6 +34,17 @@ PDF = "application/pdf"
 MEDIA_TYPES = (PLAIN, MARKDOWN, HTML, PDF)
 _ALIASES = {"text/x-markdown": MARKDOWN, "application/xhtml+xml": HTML}
 
+HEADING_SEPARATOR = " > "
+"""What joins a heading path (after the title) into a chunk's heading."""
+MAX_HEADING_CHARS = 1_000
+"""A chunk's heading is cut at this many characters (:mod:`~contextcore.knowledge.chunk`)."""
+MAX_PATH_CHARS = MAX_HEADING_CHARS + 1 + len(HEADING_SEPARATOR)
+"""A section's path, joined, is cut here: all a chunk's heading can use of it (its first 1,001
+characters: the heading's cut looks one past its bound for a space), with room for the
+separator the cut may fall on. Every section repeated the whole path of its ancestors, and
+9,000 sections under one 6,000-character heading made a 54 MB answer of an 87 KB document
+(issue 32)."""
+
 _SPACE = re.compile(r"\s+")
 _BLANK_LINES = re.compile(r"\n[^\S\n]*\n\s*")
 _CONTROL = {c: " " for c in range(32) if chr(c) not in "\n\t"} | {0x7F: " "}
@@ -61,6 +72,25 @@ class Limits:
 class Section:
     path: tuple[str, ...]
     paragraphs: list[str] = field(default_factory=list)
+
+
+def bounded_path(parts: Iterable[str]) -> tuple[str, ...]:
+    """The heading path of ``parts`` whose joined form (a join skips empty parts) is theirs cut
+    at :data:`MAX_PATH_CHARS`: a chunk cut from the section has the heading it had with the
+    whole path. (But for a first part the chunker drops as the title's repetition that is
+    longer than the title by more than the separator: ``casefold`` can lengthen a title.)"""
+    kept: list[str] = []
+    used = 0  # the characters of the kept parts, joined
+    for part in parts:
+        if not part:
+            kept.append(part)
+            continue
+        room = MAX_PATH_CHARS - used - (len(HEADING_SEPARATOR) if used else 0)
+        if room <= 0:
+            break
+        kept.append(part[:room])
+        used = MAX_PATH_CHARS - room + len(kept[-1])
+    return tuple(kept)
 
 
 def media_type_of(declared: str) -> str:
@@ -154,7 +184,7 @@ def _markdown(text: str, budget: _Budget) -> list[Section]:
             title = clean(token.content)
             headings = [(level, t) for level, t in headings if level < pending_heading]
             headings.append((pending_heading, title))
-            sections.append(Section(tuple(t for _, t in headings)))
+            sections.append(Section(bounded_path(t for _, t in headings)))
             pending_heading = None
         elif token.type == "inline" or (token.type in {"fence", "code_block"} and token.content):
             sections[-1].paragraphs.extend(budget.take([token.content]))
@@ -266,7 +296,7 @@ class _HtmlReader(HTMLParser):
             level = self.heading
             self.headings = [(lv, t) for lv, t in self.headings if lv < level]
             self.headings.append((level, clean(" ".join(self.text))))
-            self.sections.append(Section(tuple(t for _, t in self.headings)))
+            self.sections.append(Section(bounded_path(t for _, t in self.headings)))
             self.heading, self.text = None, []
 
     def _paragraph(self) -> None:

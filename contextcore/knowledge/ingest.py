@@ -363,7 +363,9 @@ class Ingestion:
         try:
             cut = await self._cut(state.title, targets, sections=state.sections)
         except ExtractionError as error:
-            return str(error)
+            if command.models is None:  # the retry's generation fails now, not at the sweep
+                return await self._fail(state, str(error))
+            return str(error)  # a switch's chunks: the source stays as it is
         counts = {model: len(chunks) for model, chunks in cut.chunks.items()}
         current = await self.repository.expect_chunks(state, counts)
         if current is None:

@@ -40,8 +40,14 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from contextcore.knowledge.chunk import MAX_HEADING_CHARS, Chunk, Cut, ModelWindow
-from contextcore.knowledge.extract import ExtractionError, Limits, Section
+from contextcore.knowledge.chunk import Chunk, Cut, ModelWindow
+from contextcore.knowledge.extract import (
+    MAX_HEADING_CHARS,
+    MAX_PATH_CHARS,
+    ExtractionError,
+    Limits,
+    Section,
+)
 from contextcore.knowledge.worker import HEADER, frame
 from schemas.errors import ContextcoreError
 
@@ -81,7 +87,9 @@ class _Answer(BaseModel):
     ok: bool
     reason: Annotated[str, Field(max_length=10_000)] | None = None
     limit: str | None = None
-    sections: list[tuple[list[str], list[str]]] | None = None
+    sections: list[tuple[list[int], list[str]]] | None = None
+    """Each section's path as indexes in ``parts``, and its paragraphs."""
+    parts: list[Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]] | None = None
     headings: list[Annotated[str, Field(max_length=MAX_HEADING_CHARS)]] | None = None
     chunks: dict[str, list[tuple[int, int, str, int]]] | None = None
     """Per model: ordinal, the index of its heading path in ``headings``, text, tokens."""
@@ -320,15 +328,24 @@ class TextSandbox:
             if answer.limit == "memory":
                 raise ExtractionError(f"extraction exceeded {self.limits.memory_mb} MB of memory")
             raise ExtractionError(answer.reason or "extraction failed")
-        headings = answer.headings
+        headings, parts = answer.headings, answer.parts
         if (
             answer.sections is None
             or headings is None
+            or parts is None
             or answer.chunks is None
             or set(answer.chunks) != set(models)
         ):
             raise ExtractionError("the extraction process answered nonsense (missing parts)")
-        sections = [Section(tuple(path), paragraphs) for path, paragraphs in answer.sections]
+        if len(answer.sections) > limits.max_chunks or any(
+            not 0 <= i < len(parts) for path, _ in answer.sections for i in path
+        ):  # each section makes a chunk at least
+            raise ExtractionError("the extraction process answered nonsense (sections)")
+        # each path shares its parts' one string, as the answer sends each once
+        sections = [
+            Section(tuple(parts[i] for i in path), paragraphs)
+            for path, paragraphs in answer.sections
+        ]
         chunks: dict[str, list[Chunk]] = {}
         for model, rows in answer.chunks.items():
             window = models[model].settings

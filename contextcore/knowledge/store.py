@@ -633,8 +633,10 @@ _UPLOAD_REFUSED_FOR_GOOD = (
     asyncpg.CheckViolationError,
     asyncpg.NotNullViolationError,
 )
-"""The same for opening an upload, but for a unique violation: two uploads of one identity at
-once may race to create it, and the loser's retry finds the winner's source."""
+"""The same for opening an upload, but for a unique violation and a missing organization row (a
+foreign key): the accepts are upserts and the claim skips a key it holds, so a unique violation
+is not expected and is left to the retries; an organization deleted meanwhile is found missing
+by the retry and refused as ``NoSuchOrganization``."""
 log = logging.getLogger("contextcore.knowledge")
 
 

@@ -195,8 +195,8 @@ async def test_the_worker_tokenizes_a_huge_text_within_its_memory(document: byte
         ("sys.exit(3)", SandboxLimits(), "exit status 3"),
         ('answer(b\'{"ok": true, "sections": 5}\')', SandboxLimits(), "answered nonsense"),
         (
-            "answer(json.dumps({'ok': True, 'sections': [], 'chunks': {'m': "
-            "[[0, '', 'x', 99999]]}}).encode())",
+            "answer(json.dumps({'ok': True, 'sections': [], 'parts': [], 'headings': [''], "
+            "'chunks': {'m': [[0, 0, 'x', 99999]]}}).encode())",  # well formed, tokens a lie
             SandboxLimits(),
             "answered nonsense",
         ),

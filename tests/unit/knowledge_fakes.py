@@ -165,6 +165,8 @@ class Words:
             sections = [Section((title,), [text])]
         words = [w for s in sections for p in s.paragraphs for w in p.split()]
         chunks = [Chunk(i, title, w, 3) for i, w in enumerate(words)]
+        if limits is not None and len(chunks) > limits.max_chunks:
+            raise ExtractionError(f"the document makes more than {limits.max_chunks} passages")
         return Cut(sections, {model: chunks for model in models})
 
 

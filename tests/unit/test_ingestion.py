@@ -15,7 +15,7 @@ from contextcore.knowledge.addresses import (
     ObjectError,
     ObjectUnavailable,
 )
-from contextcore.knowledge.extract import Section
+from contextcore.knowledge.extract import Limits, Section
 from contextcore.knowledge.ingest import (
     Ingestion,
     Prepared,
@@ -30,10 +30,12 @@ ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000a1")
 
 def ingestion(
     sources: Sources, objects: Objects | None = None, cutter: Words | None = None, *,
-    models: tuple[str, ...] = (LIVE, NEXT),
+    models: tuple[str, ...] = (LIVE, NEXT), limits: Limits | None = None,
 ) -> Ingestion:  # fmt: skip
     windows = dict.fromkeys(models, WINDOW)
-    return Ingestion(sources, objects or Objects(), cutter or Words(), windows.get, batch_size=2)
+    return Ingestion(
+        sources, objects or Objects(), cutter or Words(), windows.get, batch_size=2, limits=limits
+    )
 
 
 def upload(key: str = "k1", text: str | None = "one two three", **fields: object) -> Upload:
@@ -196,6 +198,25 @@ async def test_a_retry_starts_a_new_generation_from_the_stored_text() -> None:
     assert words(prepared) == words(first)
     assert cutter.calls[-1][0] is None  # from the stored sections
     assert sources.expected[first.source.id, 2] == {LIVE: 3}
+
+
+async def test_a_retry_whose_text_no_longer_cuts_fails_its_new_generation_at_once() -> None:
+    """A retry commits a new pending generation before it cuts: a cut that fails (a chunk limit
+    lowered since the upload, issue 32) fails that generation, where it was left pending for the
+    sweep. A switch's step that fails leaves the source as it is, and says why."""
+    sources = Sources()
+    first = await ingestion(sources).prepare(upload())
+    lowered = Limits(max_chunks=2)
+    step = Reingest(ORG, first.source.id, "switch-1", models=(NEXT,))
+    said = await ingestion(sources, limits=lowered).reingest(step)
+    assert said == "the document makes more than 2 passages"
+    assert sources.rows[first.source.id].generation == 1
+    retry = Reingest(ORG, first.source.id, "retry-1", reply_to="replies", correlation_id="r1")
+    prepared = await ingestion(sources, limits=lowered).reingest(retry)
+    assert isinstance(prepared, Prepared)
+    assert (prepared.source.generation, prepared.source.status) == (2, "failed")
+    assert prepared.source.status_reason == "the document makes more than 2 passages"
+    assert prepared.batches == []
 
 
 async def test_a_switchs_first_step_cuts_the_current_generation_for_the_new_model_only() -> None:

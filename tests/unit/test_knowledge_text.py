@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contextcore.knowledge.chunk import (
-    MAX_HEADING_CHARS,
     MAX_HEADING_TOKENS,
     SEGMENT_CHARS,
     ChunkSettings,
@@ -18,7 +17,13 @@ from contextcore.knowledge.chunk import (
     chunk,
 )
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
-from contextcore.knowledge.extract import ExtractionError, Limits, Section, extract
+from contextcore.knowledge.extract import (
+    MAX_HEADING_CHARS,
+    ExtractionError,
+    Limits,
+    Section,
+    extract,
+)
 from tests.documents import bomb_pdf, corrupt_pdf, encrypted_pdf, text_pdf
 
 TOKENIZER = WordPieceTokenizer(default_model_path(DEFAULT_MODEL))
