@@ -9,7 +9,8 @@ from typing import Self
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from broker.reply_topics import ReplyTopics
+from broker.reply_topics import DEAD_LETTER_SUFFIX, INTERNAL_PREFIX, ReplyTopics, is_topic_name
+from schemas.envelope import printable
 from schemas.errors import ConfigurationError
 
 
@@ -130,12 +131,80 @@ class TopicSettings(BaseSettings):
     the service's own and every ``.dlt`` topic are refused whatever it says
     (:mod:`broker.reply_topics`)."""
 
+    @field_validator("build_request", "upload", "embed", "memory_write")
+    @classmethod
+    def _service_topic(cls, name: str) -> str:
+        """A topic the service reads and dead-letters, so a name a client may publish to and a
+        consumer may create: a Kafka topic name whose dead-letter topic is one too, never
+        Kafka's internal topics (``__consumer_offsets``: a client would publish requests into
+        it) nor a dead-letter topic. Unchecked, a client waited out its send timeout on a name
+        the broker refuses (exit 3), and a consumer said it was ready on one."""
+        problem = service_topic_problem(name)
+        if problem is not None:
+            raise ValueError(problem)
+        return name
+
+    @model_validator(mode="after")
+    def _distinct_topics(self) -> Self:
+        """Each of the service's topics carries one kind of record: two settings naming one
+        topic would hand each consumer the other's records, all dead-lettered."""
+        fields = ("build_request", "upload", "embed", "memory_write")
+        for index, field in enumerate(fields):
+            for other in fields[index + 1 :]:
+                if getattr(self, field) == getattr(self, other):
+                    prefix = self.model_config.get("env_prefix") or ""
+                    raise ConfigurationError(
+                        f"{prefix}{field.upper()} and {prefix}{other.upper()} name one topic, "
+                        f"{getattr(self, field)!r}: each of the service's topics must have its own"
+                    )
+        return self
+
+    @model_validator(mode="after")
+    def _reply_prefix_is_a_topic_name(self) -> Self:
+        """The prefix is a Kafka topic name itself, so that ``<prefix>.<client id>`` names a
+        client's topic under it: an empty prefix (or ``.``) made every topic whose name starts
+        with a dot a reply topic. The reply-topic rule (:meth:`_usable_reply_rule`, next)
+        checks the names under it."""
+        if not is_topic_name(self.reply_prefix):
+            problem = _not_a_topic_name(self.reply_prefix)
+            raise ConfigurationError(f"CONTEXTCORE_TOPIC_REPLY_PREFIX is malformed: {problem}")
+        return self
+
     @model_validator(mode="after")
     def _usable_reply_rule(self) -> Self:
         """A malformed pattern, or one that refuses the clients' own reply topics, stops the
         process that reads it (a :class:`ConfigurationError`, not a refused reply later)."""
         ReplyTopics.of(self)
         return self
+
+
+_TOPIC_NAME_MAX = 249
+"""Kafka's longest topic name."""
+
+
+def _not_a_topic_name(name: str) -> str:
+    return (
+        f"{printable(name)[:100]!r} is not a Kafka topic name (1 to {_TOPIC_NAME_MAX} of "
+        "A-Z a-z 0-9 . _ -, not '.' or '..')"
+    )
+
+
+def service_topic_problem(name: str) -> str | None:
+    """Why ``name`` cannot be one of the service's topics (the rule of :class:`TopicSettings`);
+    ``None`` when it can. The name is quoted, printable, at most 100 characters of it."""
+    shown = repr(printable(name)[:100])
+    if not is_topic_name(name):
+        return _not_a_topic_name(name)
+    if name.startswith(INTERNAL_PREFIX):
+        return f"{shown} is internal to Kafka (a name starting {INTERNAL_PREFIX!r})"
+    if name.endswith(DEAD_LETTER_SUFFIX):
+        return f"{shown} is a dead-letter topic (a name ending {DEAD_LETTER_SUFFIX!r})"
+    if len(name) + len(DEAD_LETTER_SUFFIX) > _TOPIC_NAME_MAX:
+        return (
+            f"{shown}... is too long: its dead-letter topic (the name and "
+            f"{DEAD_LETTER_SUFFIX!r}) must fit Kafka's {_TOPIC_NAME_MAX} characters"
+        )
+    return None
 
 
 def request_bytes(max_record_bytes: int) -> int:

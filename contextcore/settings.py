@@ -12,12 +12,17 @@ consumer has settings of its own.
 from __future__ import annotations
 
 import json
+import re
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from schemas.envelope import printable
 from schemas.errors import ConfigurationError
+
+_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+"""A role name PostgreSQL takes unquoted (fullmatch), the tenancy layer's rule."""
 
 
 class DatabaseSettings(BaseSettings):
@@ -63,6 +68,21 @@ class DatabaseSettings(BaseSettings):
             if port and not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
                 raise ValueError("a port is not a number from 1 to 65535")
         return value
+
+    @field_validator("role")
+    @classmethod
+    def _plain_role(cls, role: str) -> str:
+        """The tenancy layer names the role in the statement that enters a scope, so it takes a
+        plain name only (``contextcore.storage.tenancy``): refused here, not when the first
+        scope opens. Whether the database has that role, and lets the login become it, only
+        the database can tell: the first statement that becomes it says which
+        (``CONTEXTCORE_DATABASE_ROLE``, exit 2)."""
+        if not _ROLE_NAME.fullmatch(role):
+            raise ValueError(
+                f"{printable(role)[:100]!r} is not a plain role name: 1 to 63 of a-z 0-9 _, "
+                "not starting with a digit"
+            )
+        return role
 
     def require_url(self) -> str:
         if not self.url:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -45,6 +45,24 @@ class ConsumerSettings(BaseSettings):
     wait doubling up to this; no attempt is spent."""
     dead_letter_payload_bytes: int = Field(default=64 * 1024, ge=256)
     """A dead letter keeps at most this much of the original record (with its size and sha256)."""
+
+    @field_validator("group_id")
+    @classmethod
+    def _group_id(cls, group: str) -> str:
+        """1 to 255 printable characters, no space at either end. An empty id is no group at
+        all: the consumer commits nothing and reads its topic from the start each time it
+        starts. The start journal keys its rows by the id, 255 characters at most
+        (migration 00016)."""
+        if not group:
+            raise ValueError(
+                "a consumer group id must not be empty: the consumer would join no group and "
+                "read its topic again from the start"
+            )
+        if len(group) > 255 or not group.isprintable() or group.strip() != group:
+            raise ValueError(
+                "a consumer group id is 1 to 255 printable characters, no space at either end"
+            )
+        return group
 
     @model_validator(mode="after")
     def _coherent(self) -> Self:

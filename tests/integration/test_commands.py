@@ -149,18 +149,42 @@ OWNER = "CONTEXTCORE_DATABASE_OWNER_URL"
 ADMIN = "CONTEXTCORE_DATABASE_ADMIN_URL"
 
 MALFORMED = {
-    "kafka": ("CONTEXTCORE_KAFKA_REQUEST_TIMEOUT_MS", "abc"),
-    "topic": ("CONTEXTCORE_TOPIC_BUILD_REQUEST_PARTITIONS", "0"),
-    "database": ("CONTEXTCORE_DATABASE_POOL_SIZE", "-1"),
-    "knowledge": ("CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS", '[{"name": '),  # JSON that won't parse
-    "build": ("CONTEXTCORE_BUILD_MAX_IN_FLIGHT", "x"),
-    "memory": ("CONTEXTCORE_MEMORY_MAX_IN_FLIGHT", "x"),
-    "upload": ("CONTEXTCORE_UPLOAD_EXTRACT_WORKERS", "0"),
-    "embed": ("CONTEXTCORE_EMBED_MAX_IN_FLIGHT", "x"),
-    "sweep": ("CONTEXTCORE_SWEEP_BATCH", "0"),
-    "dev": ("CONTEXTCORE_DEV_PG_PORT", "x"),
+    "kafka": [("CONTEXTCORE_KAFKA_REQUEST_TIMEOUT_MS", "abc")],
+    "topic": [
+        ("CONTEXTCORE_TOPIC_BUILD_REQUEST_PARTITIONS", "0"),
+        ("CONTEXTCORE_TOPIC_BUILD_REQUEST", "__consumer_offsets"),  # a client published into it
+        ("CONTEXTCORE_TOPIC_UPLOAD", "bad topic!"),  # a client waited 30 s, then exit 3
+        ("CONTEXTCORE_TOPIC_EMBED", ""),
+        ("CONTEXTCORE_TOPIC_MEMORY_WRITE", ".."),  # a consumer said it was ready on it
+    ],
+    "database": [
+        ("CONTEXTCORE_DATABASE_POOL_SIZE", "-1"),
+        ("CONTEXTCORE_DATABASE_ROLE", "bad role;"),  # refused at the first scope: exit 1
+    ],
+    "knowledge": [
+        ("CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS", '[{"name": '),  # JSON that won't parse
+        ("CONTEXTCORE_KNOWLEDGE_MODEL_PATH", "/nope"),  # a traceback at the first encode
+    ],
+    "build": [
+        ("CONTEXTCORE_BUILD_MAX_IN_FLIGHT", "x"),
+        ("CONTEXTCORE_BUILD_GROUP_ID", ""),  # no group: it replayed its topic at every start
+    ],
+    "memory": [
+        ("CONTEXTCORE_MEMORY_MAX_IN_FLIGHT", "x"),
+        ("CONTEXTCORE_MEMORY_GROUP_ID", ""),
+    ],
+    "upload": [  # the consumer said it was ready, then refused every file:// or s3:// upload
+        ("CONTEXTCORE_UPLOAD_EXTRACT_WORKERS", "0"),
+        ("CONTEXTCORE_UPLOAD_FILE_ROOT", "/nonexistent-root"),
+        ("CONTEXTCORE_UPLOAD_FILE_ROOT", "relative/dir"),
+        ("CONTEXTCORE_UPLOAD_S3_ENDPOINT_URL", "notaurl"),
+    ],
+    "embed": [("CONTEXTCORE_EMBED_MAX_IN_FLIGHT", "x"), ("CONTEXTCORE_EMBED_GROUP_ID", "")],
+    "sweep": [("CONTEXTCORE_SWEEP_BATCH", "0")],
+    "dev": [("CONTEXTCORE_DEV_PG_PORT", "x")],
 }
-"""One malformed value per settings group."""
+"""Malformed values per settings group: each well-typed value after the first breaks a rule
+the group checks when it is read (tests/unit/test_settings.py)."""
 
 CONSUMER_GROUPS = {
     "build": ("kafka", "topic", "database", "knowledge", "build"),
@@ -353,12 +377,12 @@ def _cases(name: str, base: dict[str, str]) -> dict[str, Case]:
         argv, shown = invocation.argv, " ".join(invocation.argv)
         cases[f"{shown} (well-formed)"] = Case(argv, base, invocation.reached, "")
         for group in invocation.reads:
-            variable, value = MALFORMED[group]
-            cases[f"{shown} ({variable}={value})"] = Case(
-                argv, {**base, variable: value}, 2, f"{prog}: {variable} is malformed"
-            )
+            for variable, value in MALFORMED[group]:
+                cases[f"{shown} ({variable}={value!r})"] = Case(
+                    argv, {**base, variable: value}, 2, f"{prog}: {variable} is malformed"
+                )
         if not invocation.reads:
-            every = {**base, **dict(MALFORMED.values())}
+            every = {**base, **{k: v for group in MALFORMED.values() for k, v in group}}
             cases[f"{shown} (every group malformed)"] = Case(argv, every, invocation.reached, "")
         for variable in invocation.requires:
             unset = {k: v for k, v in base.items() if k != variable}

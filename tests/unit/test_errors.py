@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +15,11 @@ from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 import schemas.errors
-from broker.settings import KafkaSettings
+from broker.settings import KafkaSettings, TopicSettings
 from consumers.build.settings import BuildSettings
+from consumers.knowledge.upload.settings import UploadSettings
+from consumers.memory.settings import MemorySettings
+from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 from schemas.context import ContextPolicy
@@ -29,6 +33,7 @@ from schemas.errors import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
+MODEL = default_model_path(DEFAULT_MODEL)
 PACKAGES = ("contextcore", "schemas", "broker", "consumers", "producers", "admin", "devstack")
 
 
@@ -138,7 +143,7 @@ def _reported(error: ValueError) -> tuple[int, list[str]]:
         ),
         pytest.param(  # JSON that parses, two problems inside it: one line still
             "CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS",
-            '[{"name": "a b", "path": "/m", "pooling": "max"}]',
+            json.dumps([{"name": "a b", "path": str(MODEL), "pooling": "max"}]),
             KnowledgeSettings,
             "CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS is malformed at 0.name: String should match "
             "pattern '^[A-Za-z0-9._/:-]{1,200}$'; CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS is "
@@ -175,6 +180,60 @@ def _reported(error: ValueError) -> tuple[int, list[str]]:
             "CONTEXTCORE_KNOWLEDGE_CHUNK_OVERLAP must be under half of "
             "CONTEXTCORE_KNOWLEDGE_CHUNK_MAX_TOKENS and of every extra model's",
             id="knowledge-overlap-over-half-a-window",
+        ),
+        pytest.param(  # the tenancy layer used to refuse it at the first scope: exit 1
+            "CONTEXTCORE_DATABASE_ROLE",
+            "bad role;",
+            DatabaseSettings,
+            "CONTEXTCORE_DATABASE_ROLE is malformed: 'bad role;' is not a plain role name: 1 to "
+            "63 of a-z 0-9 _, not starting with a digit",
+            id="database-role-not-a-plain-name",
+        ),
+        pytest.param(  # the encoder read it as a Hugging Face repository id: a traceback
+            "CONTEXTCORE_KNOWLEDGE_MODEL_PATH",
+            "/nope",
+            KnowledgeSettings,
+            "CONTEXTCORE_KNOWLEDGE_MODEL_PATH is malformed: /nope is not a folder",
+            id="knowledge-model-path-not-a-folder",
+        ),
+        pytest.param(  # the client published requests into Kafka's own offsets topic
+            "CONTEXTCORE_TOPIC_BUILD_REQUEST",
+            "__consumer_offsets",
+            TopicSettings,
+            "CONTEXTCORE_TOPIC_BUILD_REQUEST is malformed: '__consumer_offsets' is internal to "
+            "Kafka (a name starting '__')",
+            id="topic-internal-to-kafka",
+        ),
+        pytest.param(  # a client waited 30 s for a topic the broker refuses: exit 3
+            "CONTEXTCORE_TOPIC_MEMORY_WRITE",
+            "bad topic!",
+            TopicSettings,
+            "CONTEXTCORE_TOPIC_MEMORY_WRITE is malformed: 'bad topic!' is not a Kafka topic name "
+            "(1 to 249 of A-Z a-z 0-9 . _ -, not '.' or '..')",
+            id="topic-not-a-topic-name",
+        ),
+        pytest.param(  # the consumer joined no group and replayed its topic at each start
+            "CONTEXTCORE_MEMORY_GROUP_ID",
+            "",
+            MemorySettings,
+            "CONTEXTCORE_MEMORY_GROUP_ID is malformed: a consumer group id must not be empty: "
+            "the consumer would join no group and read its topic again from the start",
+            id="consumer-group-id-empty",
+        ),
+        pytest.param(  # the upload consumer said it was ready, then refused every file://
+            "CONTEXTCORE_UPLOAD_FILE_ROOT",
+            "relative/dir",
+            UploadSettings,
+            "CONTEXTCORE_UPLOAD_FILE_ROOT is malformed: relative/dir is not an absolute path",
+            id="upload-file-root-relative",
+        ),
+        pytest.param(  # and every s3:// upload, at its first one
+            "CONTEXTCORE_UPLOAD_S3_ENDPOINT_URL",
+            "notaurl",
+            UploadSettings,
+            "CONTEXTCORE_UPLOAD_S3_ENDPOINT_URL is malformed: not an http:// or https:// URL "
+            "with a host",
+            id="upload-s3-endpoint-not-a-url",
         ),
     ],
 )

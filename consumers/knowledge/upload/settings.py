@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Annotated, Any, Self
+from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
 
 from consumers.runtime.settings import ConsumerSettings
 from contextcore.knowledge.addresses import bucket_name
+from schemas.envelope import printable
 
 
 class UploadSettings(ConsumerSettings):
@@ -67,6 +69,43 @@ class UploadSettings(ConsumerSettings):
     @classmethod
     def _plain_buckets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(bucket_name(name) for name in value)
+
+    @field_validator("file_root")
+    @classmethod
+    def _existing_folder(cls, root: Path | None) -> Path | None:
+        """An absolute path to a folder that exists: the consumer resolves it once, when it
+        starts, and a relative one would be read from whatever folder the process started in.
+        A root that is not there would refuse every ``file://`` upload, while the consumer says
+        it is ready."""
+        if root is None:
+            return root
+        shown = printable(str(root))[:200]
+        if not root.is_absolute():
+            raise ValueError(f"{shown} is not an absolute path")
+        if not root.is_dir():
+            raise ValueError(f"{shown} is not a folder")
+        return root
+
+    @field_validator("s3_endpoint_url")
+    @classmethod
+    def _http_url(cls, url: str | None) -> str | None:
+        """``http://`` or ``https://``, a host and, if any, a port from 1 to 65535: the client
+        library refuses anything else only at the first ``s3://`` upload, which then fails.
+        The message never holds the URL: it may hold a credential."""
+        if url is None:
+            return url
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http:// or https:// URL with a host")
+        if any(character.isspace() for character in url):
+            raise ValueError("a URL holds no whitespace")
+        try:
+            port = parts.port
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError("the port is not a number from 1 to 65535")
+        return url
 
     @model_validator(mode="after")
     def _extraction_fits(self) -> Self:
