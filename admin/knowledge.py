@@ -19,6 +19,7 @@ from contextcore.knowledge import admin, indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import PLATFORM, Scope, TenantConnection, TenantDatabase
+from producers.command import seconds, whole
 from producers.knowledge import KnowledgeClient
 from schemas.errors import ContextcoreError, command_parser, run_command
 
@@ -330,6 +331,10 @@ def _scope_of(args: argparse.Namespace) -> Scope:
     return PLATFORM if args.platform else UUID(str(args.organization))
 
 
+MAX_DIMENSIONS = 16_000
+"""The most dimensions ``--dimensions`` takes: the model catalog's CHECK (migration 00007)."""
+
+
 KNOWLEDGE = """The knowledge base's admin commands. Each that changes data is a dry run unless
 given --apply: it prints what it would do.
 
@@ -379,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
 
     documents = scoped(commands.add_parser("documents", help="the scope's documents"))
     documents.add_argument("--status", choices=("pending", "ready", "failed"))
-    documents.add_argument("--limit", type=int, default=100)
+    documents.add_argument("--limit", type=whole(1, admin.MAX_PAGE), default=100)
     documents.add_argument("--deleted", action="store_true", help="the deleted ones instead")
     delete = scoped(commands.add_parser("delete", help="delete a document and its chunks"))
     named = delete.add_mutually_exclusive_group(required=True)
@@ -396,15 +401,15 @@ def main(argv: list[str] | None = None) -> int:
     steps = switch.add_subparsers(dest="step", required=True)
     prepare = scoped(steps.add_parser("prepare"))
     prepare.add_argument("model")
-    prepare.add_argument("--dimensions", type=int, required=True)
+    prepare.add_argument("--dimensions", type=whole(1, MAX_DIMENSIONS), required=True)
     prepare.add_argument("--apply", action="store_true")
     scoped(steps.add_parser("status"))
     scoped(steps.add_parser("flip")).add_argument("--apply", action="store_true")
     scoped(steps.add_parser("clean")).add_argument("--apply", action="store_true")
     index = commands.add_parser("index", help="per-tenant HNSW indexes (schema owner)")
-    index.add_argument("--min-chunks", type=int, default=indexes.MIN_CHUNKS)
+    index.add_argument("--min-chunks", type=whole(0), default=indexes.MIN_CHUNKS)
     index.add_argument("--apply", action="store_true")
-    index.add_argument("--every", type=float, help="seconds between passes, until stopped")
+    index.add_argument("--every", type=seconds, help="seconds between passes, until stopped")
     args = parser.parse_args(argv)
 
     def run() -> int:

@@ -16,6 +16,7 @@ from contextcore.memory.health import health
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import TenantDatabase
+from producers.command import whole
 from schemas.errors import command_parser, run_command
 
 HEALTH = """One organization's memory: live chains, chain lengths, write calls and refusals, and
@@ -28,6 +29,8 @@ every memory about them, a subject's, or one memory's whole chain. With --apply 
 text and keeps the record; without, it is a dry run that changes nothing."""
 
 ORGANIZATION = "7b000000-0000-4000-8000-0000000000a1"
+MAX_DAYS = 36_500
+"""The longest window ``--days`` takes: a century, well inside a timestamp's range."""
 
 
 async def _health(args: argparse.Namespace) -> int:
@@ -90,7 +93,9 @@ def health_command(argv: list[str]) -> int:
         "memory health", HEALTH, f"contextcore memory health --organization {ORGANIZATION}"
     )
     parser.add_argument("--organization", type=UUID, required=True)
-    parser.add_argument("--days", type=int, default=30, help="the window of write calls (30)")
+    parser.add_argument(
+        "--days", type=whole(1, MAX_DAYS), default=30, help="the window of write calls (30)"
+    )
     args = parser.parse_args(argv)
     return run_command(
         "contextcore memory health",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from broker.settings import KafkaSettings, TopicSettings
 from producers.client import ContextClient
+from producers.command import seconds
 from producers.explain import explain
 from schemas.build import BuildRequestV1, parse_build_request
 from schemas.errors import command_parser, run_command
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = command_parser("build", BUILD, "contextcore build request.json policy.json --explain")
     parser.add_argument("request", type=Path, help="a ContextRequest as JSON")
     parser.add_argument("policy", type=Path, help="a ContextPolicy as JSON")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait (10)")
+    parser.add_argument("--timeout", type=seconds, default=10.0, help="seconds to wait (10)")
     parser.add_argument(
         "--explain", action="store_true", help="print the brief and why each item is in it or not"
     )

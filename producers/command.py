@@ -12,6 +12,8 @@ environment, so each command takes them alike.
 
 from __future__ import annotations
 
+import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -60,6 +62,36 @@ ELSEWHERE = {
     "memory.erase": "comes with the service distribution, contextcore",
 }
 """Where a command that is not installed here comes from."""
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a number of seconds, finite and above 0. Anything else is the command
+    line's mistake, refused as one (usage, exit 2): a timeout of -1 used to wait for nothing
+    and exit 3, as if the service had not answered."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
+
+
+def whole(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` (to ``high``, when given). A number out of
+    range is the command line's mistake (usage, exit 2), not a refusal of the service (1)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < low or (high is not None and value > high):
+            bounds = f"from {low} to {high}" if high is not None else f"of {low} or more"
+            raise argparse.ArgumentTypeError(f"must be a whole number {bounds}, not {text!r}")
+        return value
+
+    return parse
 
 
 def commands() -> dict[str, EntryPoint]:

@@ -9,6 +9,7 @@ from pathlib import Path
 from uuid import UUID
 
 from broker.settings import KafkaSettings, TopicSettings
+from producers.command import seconds
 from producers.knowledge import KnowledgeClient
 from producers.staging import FileStage, S3Stage, Stage
 from schemas.errors import command_parser, run_command
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", help="default: the file name without its suffix")
     parser.add_argument("--media-type", help="default: from the suffix (.txt .md .html .pdf)")
     parser.add_argument("--uri", help="the source's identity (default: the file's URI)")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait (300)")
+    parser.add_argument("--timeout", type=seconds, default=300.0, help="seconds to wait (300)")
     staged = parser.add_mutually_exclusive_group()
     staged.add_argument("--stage-dir", type=Path, help="the upload consumer's file root, here")
     staged.add_argument("--stage-s3", metavar="BUCKET", help="a bucket the consumer reads")

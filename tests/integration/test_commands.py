@@ -448,3 +448,48 @@ def test_a_malformed_global_option_exits_2_naming_its_setting(
     _files(tmp_path)
     code, err = _contextcore(argv, _environment(tmp_path), tmp_path)
     assert (code, err.strip()) == (2, line)
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (  # it waited for nothing, then exited 3 as if the service had not answered
+            ("build", *BUILD_FILES, "--timeout", "-1"),
+            "contextcore build: error: argument --timeout: must be a number of seconds above 0, "
+            "not '-1'",
+        ),
+        (
+            ("upload", "{tmp}/guide.md", "--organization", ORG, "--timeout", "nan"),
+            "contextcore upload: error: argument --timeout: must be a number of seconds above 0, "
+            "not 'nan'",
+        ),
+        (  # the admin layer refused it once connected: exit 1
+            ("knowledge", "documents", "--platform", "--limit", "-1"),
+            "contextcore knowledge documents: error: argument --limit: must be a whole number "
+            "from 1 to 1000, not '-1'",
+        ),
+        (
+            ("knowledge", "switch", "prepare", "m", "--dimensions", "0", "--platform"),
+            "contextcore knowledge switch prepare: error: argument --dimensions: must be a whole "
+            "number from 1 to 16000, not '0'",
+        ),
+        (
+            ("knowledge", "index", "--every", "0"),
+            "contextcore knowledge index: error: argument --every: must be a number of seconds "
+            "above 0, not '0'",
+        ),
+        (
+            ("memory", "health", "--organization", ORG, "--days", "0"),
+            "contextcore memory health: error: argument --days: must be a whole number from 1 to "
+            "36500, not '0'",
+        ),
+    ],
+    ids=["build-timeout", "upload-timeout", "documents-limit", "dimensions", "every", "days"],
+)
+def test_a_number_out_of_range_is_a_usage_error(
+    argv: tuple[str, ...], line: str, tmp_path: Path
+) -> None:
+    """argparse refuses it (its usage, then its one error line: 2) before anything connects."""
+    _files(tmp_path)
+    code, err = _contextcore(argv, _environment(tmp_path), tmp_path)
+    assert (code, err.strip().splitlines()[-1]) == (2, line)

@@ -6,6 +6,7 @@ was ready and then failed at its first record, or replayed its topic at every st
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from consumers.knowledge.upload.settings import UploadSettings
 from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.settings import ExtraModel, KnowledgeSettings
 from contextcore.settings import DatabaseSettings
+from producers.command import seconds, whole
 from schemas.errors import EXIT_USAGE, ConfigurationError, error_lines, exit_code
 
 SERVICE_TOPICS = ("build_request", "upload", "embed", "memory_write")
@@ -213,3 +215,28 @@ def test_a_role_that_is_not_a_plain_name_is_malformed(
 @pytest.mark.parametrize("role", ["contextcore_app", "_x", "r" * 63, "app_2"])
 def test_a_plain_role_name_is_accepted(role: str) -> None:
     assert DatabaseSettings(role=role).role == role
+
+
+# The command line's numbers: out of range is a usage error (argparse's exit 2), not a wait for
+# nothing (3) nor a refusal of the service (1).
+
+
+@pytest.mark.parametrize("text", ["-1", "0", "-0.5", "nan", "inf", "-inf", "x", ""])
+def test_seconds_are_finite_and_above_zero(text: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="a number of seconds above 0"):
+        seconds(text)
+
+
+def test_seconds_take_any_positive_number() -> None:
+    assert (seconds("10"), seconds("0.25"), seconds("1e3")) == (10.0, 0.25, 1000.0)
+
+
+def test_a_whole_number_is_in_its_range() -> None:
+    limit = whole(1, 1_000)
+    assert (limit("1"), limit("1000")) == (1, 1_000)
+    for text in ("-1", "0", "1001", "1.5", "x", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="a whole number from 1 to 1000"):
+            limit(text)
+    assert whole(0)("123456") == 123_456
+    with pytest.raises(argparse.ArgumentTypeError, match="a whole number of 0 or more"):
+        whole(0)("-1")
