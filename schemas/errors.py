@@ -1,7 +1,7 @@
 """The one exception root of contextcore, and the one mapping from an error to an exit status.
 
     ContextcoreError
-    ├── ConfigurationError          a required setting is missing or malformed           exit 2
+    ├── ConfigurationError          a setting is missing, malformed or refused           exit 2
     ├── InfrastructureUnavailable   a broker or database cannot be reached               exit 3
     ├── SchemaError                 the database schema does not match the migrations    exit 1
     │   ├── MigrationFileError      the migration files themselves are malformed
@@ -59,6 +59,11 @@ A settings group that cannot be read from the environment fails in pydantic-sett
 turns either into the ``ConfigurationError`` it stands for, one line naming each variable at
 fault, so a malformed setting exits 2 as a missing one does. A ``ValidationError`` of any other
 model is invalid input (exit 1): a request, a policy, a reply.
+
+A setting well-formed but refused by what it names exits 2 as well, since no retry mends it:
+the database's login or database (:mod:`contextcore.storage.pool` names the variable; a
+driver's error that reaches a command unnamed still maps by its SQLSTATE) and its role
+(:mod:`contextcore.storage.tenancy`).
 """
 
 from __future__ import annotations
@@ -161,8 +166,8 @@ EXIT_OK = 0
 EXIT_REFUSED = 1
 """The input or the service said no: an invalid file, an error reply, a schema mismatch."""
 EXIT_USAGE = 2
-"""The command cannot run as given: a usage error (argparse's own 2), or a setting missing or
-malformed."""
+"""The command cannot run as given: a usage error (argparse's own 2), or a setting missing,
+malformed, or refused for good by what it names (a wrong password, no such database or role)."""
 EXIT_UNAVAILABLE = 3
 """The service could not be asked: the broker or database unreachable, no reply in time."""
 EXIT_INTERRUPTED = 130
@@ -170,7 +175,7 @@ EXIT_INTERRUPTED = 130
 EXIT_STATUS = f"""exit status:
   {EXIT_OK}    done
   {EXIT_REFUSED}    refused: invalid input, an error reply, a schema that does not match
-  {EXIT_USAGE}    usage: a wrong command line, or a setting missing or malformed
+  {EXIT_USAGE}    usage: a wrong command line, or a setting missing, malformed or refused
   {EXIT_UNAVAILABLE}    unavailable: the broker or the database unreachable, no reply in time"""
 """The epilog every command's help ends with."""
 
@@ -178,6 +183,18 @@ EXIT_STATUS = f"""exit status:
 _UNAVAILABLE_SQLSTATES = frozenset({"53300", "57P01", "57P02", "57P03"})
 """too_many_connections, admin_shutdown, crash_shutdown, cannot_connect_now: the database is
 there but will not take this command now (asyncpg's errors carry the code as ``sqlstate``)."""
+
+
+_SETTING_SQLSTATES = frozenset({"28P01", "28000", "3D000"})
+"""invalid_password, invalid_authorization_specification, invalid_catalog_name: the database
+answered and refuses the login or has no such database. Retrying with the same URL never
+passes: a setting to correct."""
+
+
+def _login_refused(error: BaseException) -> bool:
+    """A driver's error of :data:`_SETTING_SQLSTATES`: a command that connected without
+    ``contextcore.storage.pool`` (which names the variable) still reports it in one line."""
+    return getattr(error, "sqlstate", None) in _SETTING_SQLSTATES
 
 
 def _settings_classes() -> list[type[BaseModel]]:
@@ -288,6 +305,8 @@ def exit_code(error: BaseException) -> int:
         return EXIT_INTERRUPTED
     if isinstance(error, InfrastructureUnavailable | ReplyTimeout | ConnectionError | TimeoutError):
         return EXIT_UNAVAILABLE
+    if _login_refused(error):
+        return EXIT_USAGE
     sqlstate = getattr(error, "sqlstate", None)
     if isinstance(sqlstate, str) and (
         sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_SQLSTATES
@@ -305,8 +324,12 @@ def error_lines(error: BaseException) -> list[str]:
         return list(error.problems)
     if isinstance(error, ValidationError):
         return [f"invalid input: {line}" for line in validation_lines(error)]
-    text = str(error).strip() or type(error).__name__
-    return [text.splitlines()[0]]
+    line = (str(error).strip() or type(error).__name__).splitlines()[0]
+    if _login_refused(error):  # a setting, though the driver's words name none
+        return [
+            f"the database refuses the login or database of a CONTEXTCORE_DATABASE_ URL: {line}"
+        ]
+    return [line]
 
 
 def run_command(
@@ -324,7 +347,7 @@ def run_command(
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as error:
-        if not isinstance(error, reported) and not _is_settings_error(error):
+        if not (isinstance(error, reported) or _is_settings_error(error) or _login_refused(error)):
             raise
         for line in error_lines(error):
             print(f"{prog}: {line}", file=sys.stderr)

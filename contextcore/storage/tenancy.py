@@ -152,12 +152,57 @@ class TenantConnection:
 def not_a_member(role: str) -> ConfigurationError:
     """The one line a process started with the wrong credential prints (the owner's URL as
     ``CONTEXTCORE_DATABASE_URL``, say): PostgreSQL's own error names neither the setting nor
-    the fix, and a consumer's start-up would otherwise end in a traceback."""
+    the fix, and a consumer's start-up would otherwise end in a traceback. A role other than
+    the default may be the setting at fault instead: the line then names it too."""
+    also = (
+        ""
+        if role == SERVICE_ROLE
+        else "; or CONTEXTCORE_DATABASE_ROLE names a role the runtime login is no member of "
+        f"(the service role is {SERVICE_ROLE} unless the database was provisioned with another)"
+    )
     return ConfigurationError(
         f"the database login may not become the service role {role!r} (permission denied to "
         f"set role): CONTEXTCORE_DATABASE_URL must name the runtime login, a member of {role}, "
-        "never the schema owner or an administrator"
+        f"never the schema owner or an administrator{also}"
     )
+
+
+def no_such_role(role: str) -> ConfigurationError:
+    """The one line a process started with a role the database does not have prints: a typo in
+    ``CONTEXTCORE_DATABASE_ROLE``, or a database the service role was never created in.
+    PostgreSQL's own error (``role ... does not exist``, SQLSTATE 22023, which no retry
+    changes) names neither."""
+    return ConfigurationError(
+        f"the database has no role {role!r} (CONTEXTCORE_DATABASE_ROLE): it must name the "
+        f"service role the migrations create ({SERVICE_ROLE} unless the database was "
+        "provisioned with another), in a database `contextcore schema init` has migrated"
+    )
+
+
+ROLE_REFUSED = (asyncpg.InsufficientPrivilegeError, asyncpg.InvalidParameterValueError)
+"""How a statement that becomes a role fails for the settings: 42501, the login is no member
+of it; 22023, ``role ... does not exist``."""
+
+
+def role_refused(role: str, error: BaseException) -> ConfigurationError:
+    """The setting at fault when becoming ``role`` failed with ``error``, one of
+    :data:`ROLE_REFUSED`."""
+    if isinstance(error, asyncpg.InvalidParameterValueError):
+        return no_such_role(role)
+    return not_a_member(role)
+
+
+async def become(conn: Connection, role: str, *, local: bool) -> None:
+    """Make ``conn`` ``role``: for its transaction (``local``), or for its whole session.
+
+    Raises:
+        ConfigurationError: the database has no such role, or the login may not become it:
+            a setting, never a failure a retry mends (exit 2).
+    """
+    try:
+        await conn.execute("SELECT set_config('role', $1, $2)", role, local)
+    except ROLE_REFUSED as error:
+        raise role_refused(role, error) from error
 
 
 @asynccontextmanager
@@ -168,13 +213,11 @@ async def service_role(
     does across tenants (the schema check, the ledger's prune), never for tenant rows.
 
     Raises:
-        ConfigurationError: the login is not a member of ``role`` (a wrong credential).
+        ConfigurationError: the login is not a member of ``role`` (a wrong credential), or the
+            database has no such role.
     """
     async with conn.transaction(readonly=readonly):
-        try:
-            await conn.execute("SELECT set_config('role', $1, true)", role)
-        except asyncpg.InsufficientPrivilegeError as error:
-            raise not_a_member(role) from error
+        await become(conn, role, local=True)
         yield
 
 
@@ -294,8 +337,8 @@ class TenantDatabase:
                 try:
                     self.round_trips += 1
                     await conn.execute(enter)
-                except asyncpg.InsufficientPrivilegeError as error:
-                    raise not_a_member(self.role) from error
+                except ROLE_REFUSED as error:
+                    raise role_refused(self.role, error) from error
                 yield TenantConnection(conn, organization, self)
             except BaseException:
                 await _abandon(conn)

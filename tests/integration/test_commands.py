@@ -11,6 +11,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -493,3 +494,101 @@ def test_a_number_out_of_range_is_a_usage_error(
     _files(tmp_path)
     code, err = _contextcore(argv, _environment(tmp_path), tmp_path)
     assert (code, err.strip().splitlines()[-1]) == (2, line)
+
+
+# A setting well-formed that the database refuses for good (a wrong password, a database or a
+# role it does not have, a role the login may not become) exits 2 with one line naming the
+# variable, never the password: no retry mends it, so never "unavailable" (3), nor a traceback
+# (1). Each command that connects, against this test's database and broker.
+
+RUNTIME, OWNED, UNNAMED = (URL, True, True), (OWNER, False, True), (OWNER, False, False)
+"""The URL a command connects with, whether it becomes the service role, and whether its line
+names the variable: ``knowledge index`` connects with the driver itself, not through
+``contextcore.storage.pool``, so its line names none (the exit mapping's fallback)."""
+
+UNNAMED_REFUSAL = "the database refuses the login or database of a CONTEXTCORE_DATABASE_ URL: "
+
+CONNECTING: dict[str, tuple[tuple[str, ...], tuple[str, bool, bool]]] = {
+    "memory health": (("memory", "health", "--organization", ORG), RUNTIME),
+    "memory erase": (("memory", "erase", "--organization", ORG, "--user", ID), OWNED),
+    "knowledge documents": (("knowledge", "documents", "--platform"), RUNTIME),
+    "knowledge failed": (("knowledge", "failed", "--platform"), RUNTIME),
+    "knowledge index": (("knowledge", "index"), UNNAMED),
+    "schema verify": (("schema", "verify"), OWNED),
+    **{
+        f"serve {name}": (("serve", name), RUNTIME)
+        for name in ("build", "memory", "upload", "embed", "sweep")
+    },
+}
+
+
+def _refusals(
+    argv: tuple[str, ...], url: tuple[str, bool, bool], env: dict[str, str]
+) -> dict[str, Case]:
+    variable, becomes_role, named = url
+    prog = "contextcore " + (" ".join(argv[:2]) if argv[0] == "memory" else argv[0])
+    login = urlsplit(env[variable])
+    assert login.password is not None
+    wrong_password = env[variable].replace(f":{login.password}@", ":not-the-password@")
+    no_database = login._replace(path="/no_such_database").geturl()
+    shown = login._replace(path="").geturl().replace(f":{login.password}@", ":***@")
+
+    def refused(database: str) -> str:
+        if named:
+            return f"{prog}: {variable} is refused by the database at {shown}/{database}: "
+        return f"{prog}: {UNNAMED_REFUSAL}"
+
+    cases = {
+        "wrong password": Case(
+            argv,
+            {**env, variable: wrong_password},
+            2,
+            refused(login.path[1:]) + f'password authentication failed for user "{login.username}"',
+        ),
+        "no such database": Case(
+            argv,
+            {**env, variable: no_database},
+            2,
+            refused("no_such_database") + 'database "no_such_database" does not exist',
+        ),
+    }
+    if becomes_role:
+        cases["no such role"] = Case(
+            argv,
+            {**env, "CONTEXTCORE_DATABASE_ROLE": "no_such_role"},
+            2,
+            f"{prog}: the database has no role 'no_such_role' (CONTEXTCORE_DATABASE_ROLE)",
+        )
+        cases["a role the login is not a member of"] = Case(  # PostgreSQL's own, always there
+            argv,
+            {**env, "CONTEXTCORE_DATABASE_ROLE": "pg_monitor"},
+            2,
+            f"{prog}: the database login may not become the service role 'pg_monitor'",
+        )
+    return cases
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", list(CONNECTING))
+def test_a_setting_the_database_refuses_for_good_exits_2_naming_it(
+    name: str, config: Config, database: Database, tmp_path: Path
+) -> None:
+    argv, url = CONNECTING[name]
+    env = {**config.environ(), OWNER: database.owner_url}
+    cases = _refusals(argv, url, env)
+    passwords = {urlsplit(env[variable]).password for variable in (URL, OWNER)}
+
+    def outcome(case: Case) -> tuple[int, str, str]:
+        code, err = _contextcore(case.argv, case.env, tmp_path)
+        return code, _one_line(err), err
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        got = dict(zip(cases, pool.map(outcome, cases.values()), strict=True))
+    wrong = [
+        f"{label}: exit {code} {line!r}, not {case.status} {case.line!r}..."
+        for (label, case), (code, line, _) in zip(cases.items(), got.values(), strict=True)
+        if code != case.status or not line.startswith(case.line)
+    ]
+    assert not wrong, "\n".join([f"{len(wrong)} of {len(cases)} cases:", *wrong])
+    for label, (_, _, err) in got.items():
+        assert not any(password and password in err for password in passwords), label

@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import asyncpg
 import pytest
 from pydantic import ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -25,6 +26,7 @@ from contextcore.settings import DatabaseSettings
 from schemas.context import ContextPolicy
 from schemas.errors import (
     EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     error_lines,
     exit_code,
@@ -337,3 +339,34 @@ def test_a_command_reports_a_setting_it_was_not_told_to_expect(
         "contextcore serve: CONTEXTCORE_KNOWLEDGE_EXTRA_MODELS is malformed: Expecting value: "
         "line 1 column 2 (char 1)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (asyncpg.InvalidPasswordError("password authentication failed"), EXIT_USAGE),  # 28P01
+        (asyncpg.InvalidAuthorizationSpecificationError("no pg_hba.conf entry"), EXIT_USAGE),
+        (asyncpg.InvalidCatalogNameError('database "x" does not exist'), EXIT_USAGE),  # 3D000
+        (asyncpg.CannotConnectNowError("the database system is starting up"), EXIT_UNAVAILABLE),
+        (asyncpg.TooManyConnectionsError("too many clients"), EXIT_UNAVAILABLE),
+        (asyncpg.UndefinedTableError('relation "x" does not exist'), EXIT_REFUSED),
+    ],
+    ids=["wrong-password", "login-refused", "no-such-database", "starting", "full", "other"],
+)
+def test_a_database_that_refuses_the_login_for_good_is_a_setting(
+    error: BaseException, status: int
+) -> None:
+    """Retrying with the same URL never passes a wrong password or a database that is not
+    there: a setting to correct (2), not "unavailable, may pass if tried again later" (3).
+    The pool names the variable (tests/integration/test_commands.py); a driver's error that
+    reaches a command unnamed maps by its SQLSTATE alike, and is reported in one line."""
+    assert exit_code(error) == status
+    if status == EXIT_USAGE:
+        assert error_lines(error) == [
+            f"the database refuses the login or database of a CONTEXTCORE_DATABASE_ URL: {error}"
+        ]
+
+        def index() -> int:
+            raise error
+
+        assert run_command("contextcore knowledge", index) == EXIT_USAGE  # not a traceback
