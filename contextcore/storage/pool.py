@@ -10,7 +10,7 @@ trying again with the same URL will never pass.
 from __future__ import annotations
 
 import os
-from urllib.parse import quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import asyncpg
 
@@ -28,12 +28,16 @@ refuses it); invalid_catalog_name (no such database). None names the password.""
 
 
 def redact(url: str) -> str:
-    """The URL without its password, for error lines and logs."""
+    """The URL without its password, for error lines and logs: in the ``user:password@`` part
+    or as a ``password=`` parameter (libpq and asyncpg take either)."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return parts._replace(netloc=netloc).geturl()
+    if parts.password is not None:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@"))
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if any(name == "password" for name, _ in query):
+        hidden = [(name, "***" if name == "password" else value) for name, value in query]
+        parts = parts._replace(query=urlencode(hidden, safe="*"))
+    return parts.geturl()
 
 
 def with_database(url: str, database: str) -> str:
