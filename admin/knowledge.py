@@ -21,7 +21,12 @@ from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import PLATFORM, Scope, TenantConnection, TenantDatabase
 from producers.command import seconds, whole
 from producers.knowledge import KnowledgeClient
-from schemas.errors import ContextcoreError, command_parser, run_command
+from schemas.errors import (
+    ContextcoreError,
+    InfrastructureUnavailable,
+    command_parser,
+    run_command,
+)
 
 
 class Refused(ContextcoreError):
@@ -237,7 +242,7 @@ async def _index(min_chunks: int, apply: bool, every: float | None) -> int:
         if not apply:
             raise Refused("--every builds indexes: give --apply too")
         return await _index_forever(settings, min_chunks, every)
-    conn = await asyncpg.connect(settings.require_owner_url(), timeout=settings.connect_timeout_s)
+    conn = await connect(settings.require_owner_url(), timeout_s=settings.connect_timeout_s)
     try:
         if apply and not await indexes.take_pass_lock(conn):
             print("another index pass is running; this one did nothing")
@@ -282,7 +287,8 @@ async def _index_pass(conn: asyncpg.Connection, min_chunks: int) -> None:
 
 async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: float) -> int:
     """The indexer job: a pass every ``every`` seconds until SIGTERM or SIGINT; a pass that
-    fails (the database restarting, say) is logged and the next one tries again."""
+    fails (the database restarting, say) is logged and the next one tries again; a login the
+    database refuses for good ends the job (exit 2: no pass will ever connect)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -290,9 +296,7 @@ async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: flo
     print(f"indexing tenants of {min_chunks}+ chunks every {every:g} s", flush=True)
     while not stop.is_set():
         try:
-            conn = await asyncpg.connect(
-                settings.require_owner_url(), timeout=settings.connect_timeout_s
-            )
+            conn = await connect(settings.require_owner_url(), timeout_s=settings.connect_timeout_s)
             try:
                 if await indexes.take_pass_lock(conn):
                     await _index_pass(conn, min_chunks)
@@ -300,7 +304,7 @@ async def _index_forever(settings: DatabaseSettings, min_chunks: int, every: flo
                     print("another index pass is running; this one skipped", flush=True)
             finally:
                 await conn.close()
-        except (OSError, asyncpg.PostgresError) as error:
+        except (OSError, asyncpg.PostgresError, InfrastructureUnavailable) as error:
             print(
                 f"index pass failed ({type(error).__name__}: {error}); next in {every:g} s",
                 flush=True,
@@ -433,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
             return asyncio.run(_flip(scope, args.apply))
         return asyncio.run(_clean(scope, args.apply))
 
-    return run_command("contextcore knowledge", run, expected=(OSError, ValueError))
+    return run_command(
+        "contextcore knowledge", run, expected=(OSError, ValueError, asyncpg.PostgresError)
+    )
 
 
 if __name__ == "__main__":

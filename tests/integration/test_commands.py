@@ -501,19 +501,17 @@ def test_a_number_out_of_range_is_a_usage_error(
 # variable, never the password: no retry mends it, so never "unavailable" (3), nor a traceback
 # (1). Each command that connects, against this test's database and broker.
 
-RUNTIME, OWNED, UNNAMED = (URL, True, True), (OWNER, False, True), (OWNER, False, False)
-"""The URL a command connects with, whether it becomes the service role, and whether its line
-names the variable: ``knowledge index`` connects with the driver itself, not through
-``contextcore.storage.pool``, so its line names none (the exit mapping's fallback)."""
+RUNTIME, OWNED = (URL, True), (OWNER, False)
+"""The URL a command connects with, and whether it becomes the service role."""
 
-UNNAMED_REFUSAL = "the database refuses the login or database of a CONTEXTCORE_DATABASE_ URL: "
-
-CONNECTING: dict[str, tuple[tuple[str, ...], tuple[str, bool, bool]]] = {
+CONNECTING: dict[str, tuple[tuple[str, ...], tuple[str, bool]]] = {
     "memory health": (("memory", "health", "--organization", ORG), RUNTIME),
     "memory erase": (("memory", "erase", "--organization", ORG, "--user", ID), OWNED),
     "knowledge documents": (("knowledge", "documents", "--platform"), RUNTIME),
     "knowledge failed": (("knowledge", "failed", "--platform"), RUNTIME),
-    "knowledge index": (("knowledge", "index"), UNNAMED),
+    "knowledge index": (("knowledge", "index"), OWNED),
+    # the indexer job retried a refused login forever
+    "knowledge index --every": (("knowledge", "index", "--apply", "--every", "1"), OWNED),
     "schema verify": (("schema", "verify"), OWNED),
     **{
         f"serve {name}": (("serve", name), RUNTIME)
@@ -523,9 +521,9 @@ CONNECTING: dict[str, tuple[tuple[str, ...], tuple[str, bool, bool]]] = {
 
 
 def _refusals(
-    argv: tuple[str, ...], url: tuple[str, bool, bool], env: dict[str, str]
+    argv: tuple[str, ...], url: tuple[str, bool], env: dict[str, str]
 ) -> dict[str, Case]:
-    variable, becomes_role, named = url
+    variable, becomes_role = url
     prog = "contextcore " + (" ".join(argv[:2]) if argv[0] == "memory" else argv[0])
     login = urlsplit(env[variable])
     assert login.password is not None
@@ -534,9 +532,7 @@ def _refusals(
     shown = login._replace(path="").geturl().replace(f":{login.password}@", ":***@")
 
     def refused(database: str) -> str:
-        if named:
-            return f"{prog}: {variable} is refused by the database at {shown}/{database}: "
-        return f"{prog}: {UNNAMED_REFUSAL}"
+        return f"{prog}: {variable} is refused by the database at {shown}/{database}: "
 
     cases = {
         "wrong password": Case(
