@@ -520,9 +520,7 @@ CONNECTING: dict[str, tuple[tuple[str, ...], tuple[str, bool]]] = {
 }
 
 
-def _refusals(
-    argv: tuple[str, ...], url: tuple[str, bool], env: dict[str, str]
-) -> dict[str, Case]:
+def _refusals(argv: tuple[str, ...], url: tuple[str, bool], env: dict[str, str]) -> dict[str, Case]:
     variable, becomes_role = url
     prog = "contextcore " + (" ".join(argv[:2]) if argv[0] == "memory" else argv[0])
     login = urlsplit(env[variable])
