@@ -142,6 +142,9 @@ class TenantCache(Generic[T]):
                 del self._keys[organization_id]
 
 
+MALFORMED_LOG_INTERVAL_S = 60.0
+
+
 class CacheInvalidator:
     """LISTENs on each cache's channel on its own connection and invalidates that cache.
 
@@ -162,6 +165,11 @@ class CacheInvalidator:
         self._conn: asyncpg.Connection | None = None
         self._reconnect: asyncio.Task[None] | None = None
         self._stopped = False
+        self._malformed = 0
+        """Malformed notifications not logged yet: any login may NOTIFY, 8 KB a call, and
+        5,000 calls grew a consumer's log by 41 MB (issue 32); one line a minute says them."""
+        self._malformed_logged_at = float("-inf")
+        self.clock: Callable[[], float] = time.monotonic
 
     async def start(self) -> None:
         self._stopped = False
@@ -225,8 +233,17 @@ class CacheInvalidator:
         try:
             cache.invalidate(UUID(str(payload)))
         except ValueError:
-            log.warning("%s: a malformed notification %r; dropping every entry", channel, payload)
             cache.clear()
+            self._malformed += 1
+            now = self.clock()
+            if now - self._malformed_logged_at >= MALFORMED_LOG_INTERVAL_S:
+                log.warning(
+                    "%s: %d malformed notification(s), the last %.64r; each dropped every entry",
+                    channel,
+                    self._malformed,
+                    str(payload),
+                )
+                self._malformed, self._malformed_logged_at = 0, now
 
     def _on_termination(self, conn: object) -> None:
         log.warning("cache listener connection lost: caching is off until it reconnects")

@@ -3,6 +3,7 @@ that an invalidation overtook."""
 
 from __future__ import annotations
 
+import logging
 import tracemalloc
 import uuid
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from contextcore.sources.cache import Generation, TenantCache
+from contextcore.sources.cache import CacheInvalidator, Generation, TenantCache
 
 
 def listening(**kwargs: object) -> TenantCache[str]:
@@ -136,3 +137,26 @@ def test_a_read_an_invalidation_overtook_never_stores_even_when_its_generation_i
             cache.put(orgs[org], value, generation=generation)
             if overtaken:
                 assert cache.get(orgs[org]) != value
+
+
+def test_malformed_notifications_clear_the_cache_and_are_logged_a_line_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Any login may NOTIFY: 5,000 calls of 8 KB each logged 41 MB, a line each with the whole
+    payload (issue 32). Now one short line a minute counts them; each still clears the cache."""
+    cache = listening()
+    org = uuid.uuid4()
+    invalidator = CacheInvalidator({"contextcore_dossier": cache}, "postgresql://unused")
+    now = [0.0]
+    invalidator.clock = lambda: now[0]
+    with caplog.at_level(logging.WARNING, logger="contextcore.cache"):
+        for i in range(5_000):
+            cache.put(org, "entry", generation=cache.generation(org))
+            invalidator._on_notify(None, 0, "contextcore_dossier", "x" * 7_990 + str(i))  # type: ignore[arg-type]
+            assert cache.get(org) is None
+        now[0] = 60.0
+        invalidator._on_notify(None, 0, "contextcore_dossier", "last")  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, len(lines)
+    assert all(len(line) < 200 for line in lines)
+    assert ": 1 malformed" in lines[0] and ": 5000 malformed" in lines[1], lines
