@@ -159,4 +159,5 @@ def test_malformed_notifications_clear_the_cache_and_are_logged_a_line_a_minute(
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, len(lines)
     assert all(len(line) < 200 for line in lines)
-    assert ": 1 malformed" in lines[0] and ": 5000 malformed" in lines[1], lines
+    assert ": 1 malformed" in lines[0], lines
+    assert ": 5000 malformed" in lines[1], lines

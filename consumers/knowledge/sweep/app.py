@@ -172,7 +172,7 @@ class Sweeper:
         message = replies.swept(row.source_id, row.reason, row.correlation_id)
         why = await replies.tell(self.publisher, self.reply_topics, row.reply_to, message)
         if why is not None:  # the uploader may be gone; the row says why it failed
-            log.info("could not tell %s: %s", row.reply_to, why)
+            log.warning("could not tell %s: %s", row.reply_to, why)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
