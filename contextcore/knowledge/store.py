@@ -675,9 +675,9 @@ class PostgresKnowledgeRepository:
                 live, switching = await models(tenant)
         except _UPLOAD_REFUSED_FOR_GOOD as error:
             log.warning("an upload was refused: %s: %s", type(error).__name__, error)
-            raise UploadRefused(
-                f"the database refuses this upload (a value it cannot hold: {type(error).__name__})"
-            ) from error
+            # the log has the database's words; the uploader hears none of them
+            refused = "the database refuses this upload (a value it cannot hold)"
+            raise UploadRefused(refused) from error
         return Opened(claimed, started, state, live, switching)
 
     async def open_reingest(

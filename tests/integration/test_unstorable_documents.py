@@ -238,8 +238,10 @@ async def test_what_the_database_refuses_to_open_is_refused_for_good(
         reply_to=None,
         correlation_id=None,
     )
-    with pytest.raises(UploadRefused, match="ProgramLimitExceededError"):
+    with pytest.raises(UploadRefused) as refused:
         await repository.open_upload(ORG_A, "wide", new)
+    assert str(refused.value) == "the database refuses this upload (a value it cannot hold)"
+    assert isinstance(refused.value.__cause__, asyncpg.ProgramLimitExceededError)
     assert await admin.fetchval("SELECT count(*) FROM knowledge_sources") == 0
     assert await admin.fetchval("SELECT count(*) FROM processed_messages") == 0
     opened = await repository.open_upload(ORG_A, "wide", replace(new, uri="docs://narrow"))
