@@ -89,7 +89,8 @@ class _Answer(BaseModel):
     limit: str | None = None
     sections: list[tuple[list[int], list[str]]] | None = None
     """Each section's path as indexes in ``parts``, and its paragraphs."""
-    parts: list[Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)]] | None = None
+    parts: list[Annotated[str, Field(max_length=MAX_PATH_CHARS)]] | None = None
+    """Every part once (an empty one too: a heading with no text)."""
     headings: list[Annotated[str, Field(max_length=MAX_HEADING_CHARS)]] | None = None
     chunks: dict[str, list[tuple[int, int, str, int]]] | None = None
     """Per model: ordinal, the index of its heading path in ``headings``, text, tokens."""

@@ -55,6 +55,13 @@ def test_many_sections_under_a_long_heading_make_a_small_answer() -> None:
     assert max(len(p) for p in answer["parts"]) <= MAX_PATH_CHARS
 
 
+def test_a_heading_with_no_text_goes_through_the_answer() -> None:
+    document = "#\n\ntext\n\n## b\n\nmore\n"
+    raw = json.dumps(cut(job(document), document.encode())).encode()
+    result = TextSandbox()._parse(raw, {"m": WINDOWS["m"]}, Limits())
+    assert [s.path for s in result.sections] == [("",), ("", "b")]
+
+
 def test_extraction_cuts_every_path_where_a_chunk_heading_stops_using_it() -> None:
     markdown = "# " + "a" * 3_000 + "\n\n## " + "b" * 3_000 + "\n\ntext\n"
     for data, media_type in (
