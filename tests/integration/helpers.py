@@ -153,7 +153,8 @@ async def replies_among(
             while [p for p, end in ends.items() if await consumer.position(p) < end]:
                 for batch in (await consumer.getmany(timeout_ms=200)).values():
                     for record in batch:
-                        header = dict(record.headers or ()).get("correlation_id", b"")
+                        # a header of another writer's may hold a null value: not a reply of ours
+                        header = dict(record.headers or ()).get("correlation_id") or b""
                         cid = header.decode("utf-8", "replace")
                         if cid in correlation_ids:
                             found.append((record.topic, cid))
