@@ -3,7 +3,8 @@
 One upload gets several status replies on the client's reply topic (``pending``, then ``ready``
 or ``failed``; ``rejected`` for an invalid upload; ``superseded`` when a later upload of the same
 document replaced it first), all with its correlation id; duplicates may arrive (delivery is at
-least once) and are harmless. :meth:`KnowledgeClient.upload` returns the first final status.
+least once), and ``ready`` may overtake ``pending``: both are harmless.
+:meth:`KnowledgeClient.upload` returns the first final status.
 Correlation ids are the client's own, new and unguessable for every call
 (:func:`~producers.client.new_correlation_id`): a status nobody waits for is ignored, and one
 meant for an earlier upload can never answer a later one.

@@ -282,7 +282,9 @@ async def test_an_upload_replaced_while_pending_is_told_superseded_and_the_later
     assert (again["status"], again["source_id"]) == ("superseded", str(status.source_id))
     await start_consumer(config, consumer="embed")  # generation 1's batches are stale by now
     later = await statuses(config, later_reply, 2)
-    assert [(r["status"], r["generation"]) for r in later] == [("pending", 2), ("ready", 2)]
+    # either order: the batches go out before the pending reply, and the embedding group may
+    # answer first on a busy host (docs/topics.md)
+    assert sorted((r["status"], r["generation"]) for r in later) == [("pending", 2), ("ready", 2)]
     assert [r["status"] for r in await statuses(config, again_reply, 1)] == ["superseded"]
     rows = await admin.fetch("SELECT DISTINCT generation FROM knowledge_chunks")
     assert [r["generation"] for r in rows] == [2]
