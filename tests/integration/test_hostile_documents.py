@@ -23,6 +23,7 @@ from producers.knowledge import UploadFailed
 from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
 from tests.integration.helpers import Librdkafka, status_mb
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A
+from tests.integration.test_knowledge_pipeline import upload as upload_message
 from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
@@ -110,30 +111,23 @@ async def test_many_small_sections_are_bounded_in_chunks_and_in_the_consumers_me
     sent once: the consumer's peak stays under 300 MB."""
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", ORG_A)
     await ensure_topics(config.bootstrap, upload_topics(config.topics))
-    upload = await start_consumer(config, consumer="upload")  # no embedding group: pending
+    consumer = await start_consumer(config, consumer="upload")  # no embedding group: pending
     reply_to = config.reply_topic("sections")
     client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
     sent = {f"over-{i}": 33_000 for i in range(4)} | {f"under-{i}": 9_000 for i in range(4)}
     try:
         for name, count in sent.items():
-            message = {
-                "correlation_id": name,
-                "reply_to": reply_to,
-                "scope": "organization",
-                "organization_id": str(ORG_A),
-                "title": name,
-                "media_type": "text/markdown",
-                "idempotency_key": name,
-                "uri": f"docs://{name}",
-                "content": {"text": many_sections(count)},
-            }
+            text = {"text": many_sections(count)}
+            message = upload_message(
+                name, reply_to, key=name, title=name, uri=f"docs://{name}", content=text
+            )
             await asyncio.to_thread(
                 client.send, config.topics.upload, json.dumps(message).encode(), name.encode()
             )
         replies = {name: await asyncio.to_thread(client.reply, name, 300.0) for name in sent}
     finally:
         await asyncio.to_thread(client.close)
-    peak = status_mb(upload.process.pid, "VmHWM")
+    peak = status_mb(consumer.process.pid, "VmHWM")
     print(f"the upload consumer's peak: {peak:.0f} MB")
     assert peak < 300, f"the upload consumer peaked at {peak:.0f} MB"
     for name, reply in replies.items():

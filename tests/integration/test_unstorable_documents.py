@@ -35,7 +35,7 @@ from contextcore.storage.tenancy import TenantDatabase
 from producers.knowledge import UploadFailed
 from schemas.upload import EmbedBatchV1, EmbedChunkV1
 from tests.integration.helpers import Librdkafka, assigned_reader, producer, read_json
-from tests.integration.test_knowledge_pipeline import ORG_A
+from tests.integration.test_knowledge_pipeline import ORG_A, upload
 from tests.services import Config, StartConsumer
 
 pytestmark = pytest.mark.integration
@@ -199,15 +199,12 @@ async def test_an_address_its_index_cannot_hold_is_rejected_at_once(
     client = await asyncio.to_thread(Librdkafka, config.bootstrap, reply_to)
     try:
         for name, uri in (("wide", WIDE_URI), ("object", "s3://b/" + WIDE_URI[7:])):
-            message = {
-                "correlation_id": name,
-                "reply_to": reply_to,
-                "scope": "organization",
-                "organization_id": str(ORG_A),
-                "title": name,
-                "media_type": "text/plain",
-                "idempotency_key": name,
-            } | ({"uri": uri, "content": {"text": "wide"}} if name == "wide" else {"object": uri})
+            message = upload(name, reply_to, key=name, title=name, media_type="text/plain")
+            if name == "wide":
+                message |= {"uri": uri, "content": {"text": "wide"}}
+            else:  # an object is its own identity: no uri, no content
+                del message["uri"], message["content"]
+                message["object"] = uri
             await asyncio.to_thread(
                 client.send, config.topics.upload, json.dumps(message).encode(), name.encode()
             )
