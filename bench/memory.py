@@ -38,7 +38,8 @@ from broker.topics import ensure_topics, memory_topics
 from contextcore.memory.service import MemoryService
 from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
-from contextcore.storage.tenancy import TenantDatabase
+from contextcore.storage.pool import create_pool
+from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import DevStack
 from producers.memory import MemoryClient
 from schemas.context import ContextRequest, ContextSourceSpec, ContextSubject
@@ -163,8 +164,8 @@ async def seed_memories(admin: asyncpg.Connection, orgs: list[uuid.UUID]) -> Non
 
 
 async def reads(url: str, orgs: list[uuid.UUID], count: int) -> None:
-    pool = await asyncpg.create_pool(url, min_size=2, max_size=2)
-    assert pool is not None
+    # the service role's sessions: the memory source reads through its function (00033)
+    pool = await create_pool(url, min_size=2, max_size=2, session_role=SERVICE_ROLE)
     source = MemoryContextSource(TenantDatabase(pool))
     spec = ContextSourceSpec(name="memory", token_budget=4000)
     rng = random.Random(7)

@@ -24,6 +24,12 @@ the database, and the calls that gathered meanwhile go together, up to ``max_bat
 transaction and one round trip. Alone, a call is a batch of one and waits for nothing. A batch
 the database refuses (one write breaks a constraint, a deadlock) rolls back whole and its
 writes are applied one by one, so one bad write costs only its own answer.
+
+An operator's erasure holds its organization's writes until it commits (migration 00037), and
+only those: a batch does not wait for it. The writes of an organization being erased come back
+:class:`Erasing`, unapplied, and go to that organization's own lane, which applies them, in
+batches, once the erasure is done (at most ``MAX_LANES`` lanes wait at once, each on one
+connection). The other writes of the batch are answered at once.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import hashlib
 import json
 import logging
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -124,11 +131,18 @@ class WrittenConcurrently(JournalRefused):
     now holds its answer, so applying the write again replays it."""
 
 
+@dataclass(frozen=True)
+class Erasing:
+    """A write not applied: an erasure of its organization is in progress (migration 00037)."""
+
+
 class MemoryJournal(Protocol):
     """Where memory calls are applied and answered, next to the rows they decide on."""
 
-    async def apply(self, writes: list[Write]) -> list[Answer]:
-        """One answer per write, in order, from one transaction: all of them, or none.
+    async def apply(self, writes: list[Write], *, wait: bool = True) -> list[Answer | Erasing]:
+        """One answer per write, in order, from one transaction: all of them, or none. With
+        ``wait``, a write of an organization being erased waits for the erasure; without, it is
+        :class:`Erasing`, and nothing of it is written.
 
         Raises:
             JournalRefused: the transaction was refused, nothing applied (the subclasses say
@@ -141,6 +155,12 @@ class MemoryJournal(Protocol):
         ...
 
 
+MAX_LANES = 4
+"""Organizations whose set-aside writes wait for their erasure at once, each on a connection."""
+
+Pending = tuple[Write, "asyncio.Future[Answer]"]
+
+
 class MemoryService:
     def __init__(
         self, journal: MemoryJournal, *, max_batch: int = 64, concurrency: int = 2
@@ -150,9 +170,11 @@ class MemoryService:
         self.journal = journal
         self.max_batch = max_batch
         self.concurrency = concurrency
-        self._queue: deque[tuple[Write, asyncio.Future[Answer]]] = deque()
+        self._queue: deque[Pending] = deque()
         self._draining = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._lanes: dict[str, deque[Pending]] = {}
+        self._lane_slots = asyncio.Semaphore(MAX_LANES)
 
     async def remember(
         self, invoker: Invoker, candidate: MemoryCandidate, idempotency_key: str
@@ -186,52 +208,80 @@ class MemoryService:
         return await asyncio.shield(future)
 
     async def _drain(self) -> None:
-        """Apply batches until the queue is empty. The last look at the queue and the count
-        going down happen with no await between them, so no write is left behind."""
         try:
-            while self._queue:
-                size = min(self.max_batch, len(self._queue))
-                batch = [self._queue.popleft() for _ in range(size)]
-                try:
-                    await self._apply(batch)
-                except Exception as error:  # the database is unreachable: every waiter hears
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(error)
-                except BaseException:
-                    for _, future in batch:
-                        future.cancel()
-                    raise
+            await self._apply_queue(self._queue, wait=False)
         finally:
             self._draining -= 1
 
-    async def _apply(self, batch: list[tuple[Write, asyncio.Future[Answer]]]) -> None:
+    async def _apply_queue(self, queue: deque[Pending], *, wait: bool) -> None:
+        """Apply batches until ``queue`` is empty. The last look at the queue and the caller's
+        count going down happen with no await between them, so no write is left behind."""
+        while queue:
+            size = min(self.max_batch, len(queue))
+            batch = [queue.popleft() for _ in range(size)]
+            try:
+                await self._apply(batch, wait=wait)
+            except Exception as error:  # the database is unreachable: every waiter hears
+                for _, future in batch:
+                    if not future.done():
+                        future.set_exception(error)
+            except BaseException:
+                for _, future in batch:
+                    future.cancel()
+                raise
+
+    async def _apply(self, batch: list[Pending], *, wait: bool) -> None:
         # one order for every batch, so two batches lock rows in the same order
         batch = sorted(batch, key=lambda item: _lock_order(item[0]))
         if len(batch) > 1:
             try:
-                answers = await self._transaction([write for write, _ in batch])
+                answers = await self._transaction([write for write, _ in batch], wait=wait)
             except JournalRefused:
                 pass  # one write is refused, or a deadlock: apply them one by one
             else:
-                for (_, future), answer in zip(batch, answers, strict=True):
-                    if not future.done():
-                        future.set_result(answer)
+                for pending, answer in zip(batch, answers, strict=True):
+                    self._answer(pending, answer)
                 return
-        for write, future in batch:
+        for pending in batch:
             try:
-                answer = await self._one(write)
+                answer = await self._one(pending[0], wait=wait)
             except Exception as error:  # this write's own failure
-                if not future.done():
-                    future.set_exception(error)
+                if not pending[1].done():
+                    pending[1].set_exception(error)
             else:
-                if not future.done():
-                    future.set_result(answer)
+                self._answer(pending, answer)
 
-    async def _one(self, write: Write) -> Answer:
+    def _answer(self, pending: Pending, answer: Answer | Erasing) -> None:
+        write, future = pending
+        if isinstance(answer, Erasing):
+            self._set_aside(write["organization_id"], pending)
+        elif not future.done():
+            future.set_result(answer)
+
+    # ------------------------------------------------------------------ erasure lanes
+
+    def _set_aside(self, organization: str, pending: Pending) -> None:
+        """Queue a write its organization's erasure holds, in that organization's lane."""
+        lane = self._lanes.get(organization)
+        if lane is None:
+            lane = self._lanes[organization] = deque()
+            task = asyncio.create_task(self._lane(organization, lane))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        lane.append(pending)
+
+    async def _lane(self, organization: str, lane: deque[Pending]) -> None:
+        """Apply one organization's set-aside writes, waiting for its erasure."""
+        try:
+            async with self._lane_slots:
+                await self._apply_queue(lane, wait=True)
+        finally:
+            del self._lanes[organization]  # no await since the queue was last seen empty
+
+    async def _one(self, write: Write, *, wait: bool) -> Answer | Erasing:
         for attempt in (1, 2):
             try:
-                (answer,) = await self._transaction([write])
+                (answer,) = await self._transaction([write], wait=wait)
             except ConstraintBroken as error:
                 # Nothing was written or journaled; no retry will change it.
                 log.warning("memory write refused by %s", error.constraint)
@@ -245,9 +295,14 @@ class MemoryService:
             return answer
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    async def _transaction(self, writes: list[Write]) -> list[Answer]:
-        answers = await self.journal.apply(writes)
-        return [_journaled(w, a) for w, a in zip(writes, answers, strict=True)]
+    async def _transaction(self, writes: list[Write], *, wait: bool) -> list[Answer | Erasing]:
+        answers = await self.journal.apply(writes, wait=wait)
+        if wait and any(isinstance(answer, Erasing) for answer in answers):
+            raise LookupError("the journal set a write aside although asked to wait")
+        return [
+            answer if isinstance(answer, Erasing) else _journaled(write, answer)
+            for write, answer in zip(writes, answers, strict=True)
+        ]
 
 
 def remember_write(invoker: Invoker, candidate: MemoryCandidate, idempotency_key: str) -> Write:

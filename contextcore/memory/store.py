@@ -18,6 +18,7 @@ import asyncpg
 from contextcore.memory.refs import parse_stored_refs
 from contextcore.memory.service import (
     ConstraintBroken,
+    Erasing,
     JournalRefused,
     LostTheRace,
     Write,
@@ -27,15 +28,16 @@ from contextcore.storage.tenancy import Connection, TenantDatabase, TenantQuery
 from schemas.memory import AgentMemory, Answer, Refusal, Written
 
 # memory.apply: the writes of one batch, in order; one answer per write with the revision it
-# names (the appended one, or the journal's for a replay) and the chain's length (00026).
+# names (the appended one, or the journal's for a replay) and the chain's length (00026). With
+# $2 false, a write of an organization being erased is answered 'erasing', unapplied (00037).
 # SQLSTATE CC001: a writer lost the race for a head 32 times; CC002: a writer of the same
 # idempotency key committed meanwhile.
 APPLY = """
--- memory.apply (migration 00011)
+-- memory.apply (migrations 00011, 00037)
 SELECT ordinal, outcome, reason, message, replayed, organization_id, id, definition_id, scope,
        user_id, subject_key, text, subject_refs, proposed_by_run_id, supersedes_id,
        forgotten_at, created_at, chain_length
-FROM memory_apply($1::jsonb)
+FROM memory_apply($1::jsonb, $2::boolean)
 """
 
 LOST_THE_RACE = "CC001"
@@ -60,7 +62,9 @@ def memory_of(row: asyncpg.Record) -> AgentMemory:
     )
 
 
-def answer_of(row: asyncpg.Record) -> Answer:
+def answer_of(row: asyncpg.Record) -> Answer | Erasing:
+    if row["outcome"] == "erasing":
+        return Erasing()
     if row["outcome"] == "refused":
         return Refusal(reason=row["reason"], message=row["message"] or "", replayed=row["replayed"])
     if row["id"] is None:  # the journal's foreign key keeps the revision: only a bug gets here
@@ -73,9 +77,12 @@ def answer_of(row: asyncpg.Record) -> Answer:
     )
 
 
-async def apply(conn: Connection, writes: list[dict[str, Any]]) -> list[Answer]:
-    """The answers to ``writes``, in order, from one statement in the caller's transaction."""
-    rows = await conn.fetch(APPLY, json.dumps(writes))
+async def apply(
+    conn: Connection, writes: list[dict[str, Any]], *, wait: bool = True
+) -> list[Answer | Erasing]:
+    """The answers to ``writes``, in order, from one statement in the caller's transaction;
+    without ``wait``, :class:`Erasing` for each write whose organization is being erased."""
+    rows = await conn.fetch(APPLY, json.dumps(writes), wait)
     if [row["ordinal"] for row in rows] != list(range(1, len(writes) + 1)):
         raise LookupError(f"memory_apply answered {len(rows)} of {len(writes)} writes")
     return [answer_of(row) for row in rows]
@@ -101,10 +108,10 @@ class PostgresMemoryJournal:
     def __init__(self, database: TenantDatabase) -> None:
         self.database = database
 
-    async def apply(self, writes: list[Write]) -> list[Answer]:
+    async def apply(self, writes: list[Write], *, wait: bool = True) -> list[Answer | Erasing]:
         try:
             async with self.database.writing_each() as conn:
-                return await apply(conn, writes)
+                return await apply(conn, writes, wait=wait)
         except asyncpg.IntegrityConstraintViolationError as error:
             constraint = getattr(error, "constraint_name", None) or type(error).__name__
             if isinstance(error, asyncpg.ForeignKeyViolationError) and constraint.endswith(

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
-from contextcore.memory.service import Write
+from contextcore.memory.service import Erasing, Write
 from schemas.memory import AgentMemory, Answer, Refusal, Written
 
 
@@ -21,7 +21,7 @@ class DictMemoryJournal:
         self.chains: dict[tuple[str, ...], list[AgentMemory]] = {}
         self.refusals: list[tuple[UUID, str]] = []
 
-    async def apply(self, writes: list[Write]) -> list[Answer]:
+    async def apply(self, writes: list[Write], *, wait: bool = True) -> list[Answer | Erasing]:
         return [self._one(write) for write in writes]
 
     async def count_refusal(self, organization_id: UUID, operation: str) -> None:

@@ -510,6 +510,10 @@ DEFINERS: dict[str, Definer] = {
     "memory_apply(jsonb)": Definer(
         lambda v: [(json.dumps([w]),) for w in memory_writes(v)], refusals
     ),
+    "memory_apply(jsonb,boolean)": Definer(
+        lambda v: [(json.dumps([w]), wait) for w in memory_writes(v) for wait in ("false", "true")],
+        refusals,
+    ),
     "memory_apply_one(jsonb)": Definer(
         lambda v: [(json.dumps(w),) for w in memory_writes(v)],
         never,

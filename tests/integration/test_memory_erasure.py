@@ -17,7 +17,7 @@ import asyncpg
 import pytest
 
 from contextcore.memory import store
-from contextcore.memory.service import MemoryService, remember_write
+from contextcore.memory.service import Erasing, MemoryService, remember_write
 from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.provision import Login
@@ -376,4 +376,90 @@ async def test_a_writer_that_arrives_during_an_erasure_waits_for_it(
     assert answer.change == "revived"
     assert (
         await admin.fetchval("SELECT count(*) FROM memory_writes WHERE reason = 'duplicate'") == 0
+    )
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_writer_of_another_organization_does_not_wait_for_an_erasure(
+    admin: asyncpg.Connection, database: Database
+) -> None:
+    """Migration 00037. The erasure's lock was the tables' (00027): one organization's erasure
+    stalled every organization's memory writes for as long as it ran. Now it is its own
+    organization's: another tenant's writer, even one that waits for erasures, goes through."""
+    alice, other = invoker(ALICE), invoker(ALICE, OTHER_ORG)
+    owner = await asyncpg.connect(database.owner_url)
+    writer = await asyncpg.connect(database.url)
+    try:
+        async with writer.transaction():
+            await as_service_role(writer)
+            await store.apply(
+                writer, [remember_write(alice, note(ERASED[0], "observation.a"), "a")]
+            )
+        erasure = owner.transaction()
+        await erasure.start()
+        await owner.fetchrow("SELECT * FROM memory_erase($1, 'user', $2, true)", ORG, str(ALICE))
+        async with writer.transaction():
+            await as_service_role(writer)
+            elsewhere = remember_write(other, note(KEPT[1], "observation.a"), "b")
+            applied = asyncio.create_task(store.apply(writer, [elsewhere], wait=True))
+            waited = await waits_on_a_lock(admin, writer.get_server_pid(), applied)
+            if waited:  # release it before failing, or the writer waits on
+                await erasure.rollback()
+            (answer,) = await applied
+            assert not waited, "another organization's writer waited for the erasure"
+        await erasure.commit()
+    finally:
+        await owner.close()
+        await writer.close()
+    assert isinstance(answer, Written)
+    assert answer.memory.organization_id == OTHER_ORG
+
+
+@pytest.mark.usefixtures("tenants")
+async def test_a_batch_sets_aside_the_writes_of_the_organization_being_erased(
+    admin: asyncpg.Connection, service: MemoryService, database: Database
+) -> None:
+    """Migration 00037, through the memory service on PostgreSQL: while ORG is being erased, a
+    call of OTHER_ORG is answered, whatever it is batched with; ORG's call waits, unapplied,
+    and is applied after the erasure (it finds the chain tombstoned and revives it)."""
+    alice, other = invoker(ALICE), invoker(ALICE, OTHER_ORG)
+    await write(service, alice, note(ERASED[0], "observation.allergy"), "k1")
+    owner = await asyncpg.connect(database.owner_url)
+    try:
+        erasure = owner.transaction()
+        await erasure.start()
+        await owner.fetchrow("SELECT * FROM memory_erase($1, 'user', $2, true)", ORG, str(ALICE))
+        # one statement, both organizations, not waiting: ORG's is set aside, unapplied
+        writer = await asyncpg.connect(database.url)
+        try:
+            async with writer.transaction():
+                await as_service_role(writer)
+                theirs = remember_write(alice, note(ERASED[1], "observation.x"), "k-x")
+                ours = remember_write(other, note(KEPT[1], "observation.x"), "k-x")
+                answers = await store.apply(writer, [theirs, ours], wait=False)
+        finally:
+            await writer.close()
+        assert isinstance(answers[0], Erasing)
+        assert isinstance(answers[1], Written)
+        # through the service, each call on its own
+        held = asyncio.create_task(
+            service.remember(alice, note(ERASED[0], "observation.allergy"), "k2")
+        )
+        answered = await service.remember(other, note(KEPT[0], "observation.y"), "k-y")
+        assert isinstance(answered, Written)
+        await asyncio.sleep(0.2)
+        assert not held.done(), "ORG's call was applied while its erasure was uncommitted"
+        await erasure.commit()
+        revived = await held
+    finally:
+        await owner.close()
+    assert isinstance(revived, Written)
+    assert revived.change == "revived"
+    assert (
+        await admin.fetchval(
+            "SELECT count(*) FROM memory_writes"
+            " WHERE organization_id = $1 AND idempotency_key = 'k-x'",
+            ORG,
+        )
+        == 0
     )

@@ -15,6 +15,7 @@ import pytest
 
 from contextcore.memory.service import (
     ConstraintBroken,
+    Erasing,
     JournalRefused,
     LostTheRace,
     MemoryContention,
@@ -47,7 +48,7 @@ class Journal:
         """The next transactions holding ``key`` raise these, one each, in order."""
         self.planned[key] = list(errors)
 
-    async def apply(self, writes: list[Write]) -> list[Answer]:
+    async def apply(self, writes: list[Write], *, wait: bool = True) -> list[Answer | Erasing]:
         keys = [write["idempotency_key"] for write in writes]
         self.transactions.append(keys)
         await asyncio.sleep(0)  # a round trip: other calls queue meanwhile
@@ -216,3 +217,61 @@ def test_a_service_needs_a_batch_and_a_runner() -> None:
         MemoryService(Journal(), max_batch=0)
     with pytest.raises(ValueError, match="at least"):
         MemoryService(Journal(), concurrency=0)
+
+
+class ErasingJournal(Journal):
+    """``erased`` is being erased until ``done`` is set: a write of it that may not wait is
+    :class:`Erasing`; one that may waits for ``done``."""
+
+    def __init__(self, erased: UUID) -> None:
+        super().__init__()
+        self.erased = str(erased)
+        self.done = asyncio.Event()
+        self.waited: list[list[str]] = []
+
+    async def apply(self, writes: list[Write], *, wait: bool = True) -> list[Answer | Erasing]:
+        ours = any(write["organization_id"] == self.erased for write in writes)
+        if ours and wait:
+            self.waited.append([write["idempotency_key"] for write in writes])
+            await self.done.wait()
+        answers = await super().apply(writes)
+        if ours and not self.done.is_set():
+            return [
+                Erasing() if write["organization_id"] == self.erased else answer
+                for write, answer in zip(writes, answers, strict=True)
+            ]
+        return answers
+
+
+async def test_a_batch_answers_another_organizations_writes_while_one_is_erased() -> None:
+    """Migration 00037: a batch that holds a write of an organization being erased applies the
+    others at once; that write waits in its organization's lane and is applied after."""
+    erased = uuid.UUID("7b000000-0000-4000-8000-0000000000e1")
+    journal = ErasingJournal(erased)
+    service = MemoryService(journal, max_batch=8, concurrency=1)
+    theirs = Invoker(organization_id=erased, definition_id=AGENT, user_id=USER)
+    held = [
+        asyncio.create_task(service.remember(theirs, candidate(f"preference.e{i}"), f"e{i}"))
+        for i in range(3)
+    ]
+    ours = await remember_all(service, [f"k{i}" for i in range(5)])
+    assert all(isinstance(answer, Written) for answer in ours)
+    await asyncio.sleep(0.01)
+    assert not any(task.done() for task in held)  # they wait for the erasure, in their lane
+    assert journal.waited == [["e0", "e1", "e2"]]  # in one batch, asked to wait
+    journal.done.set()
+    for task in held:
+        answer = await task
+        assert isinstance(answer, Written)
+        assert answer.memory.organization_id == erased
+    assert not service._lanes  # the lane ends with its queue
+
+
+async def test_a_journal_that_sets_a_write_aside_when_asked_to_wait_is_a_bug() -> None:
+    class Wrong(Journal):
+        async def apply(self, writes: list[Write], *, wait: bool = True) -> list[Answer | Erasing]:
+            return [Erasing() for _ in writes]
+
+    service = MemoryService(Wrong(), max_batch=8, concurrency=1)
+    with pytest.raises(LookupError, match="asked to wait"):
+        await service.remember(ME, candidate("preference.x"), "x")
