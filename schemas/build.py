@@ -35,6 +35,7 @@ ErrorCode = Literal[
     "policy_rejected",  # the policy fails admission
     "required_source_failed",  # a required source failed; the run must fail
     "internal_error",  # a bug; the request may be retried
+    "throttled",  # the organization is over its build rate: try again after retry_after_ms
 ]
 
 
@@ -58,6 +59,8 @@ class ErrorInfo(BaseModel):
     code: ErrorCode
     message: str
     details: list[str] = Field(default_factory=list)
+    retry_after_ms: int | None = Field(default=None, ge=0)
+    """With ``throttled``: how long to wait before the request would be admitted."""
 
 
 class BuildReplyV1(BaseModel):

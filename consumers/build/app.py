@@ -33,6 +33,7 @@ from contextcore.packer import ContextPacker
 from contextcore.settings import DatabaseSettings
 from contextcore.sources.cache import CacheInvalidator
 from contextcore.storage.tenancy import TenantDatabase
+from contextcore.throttle import OrganizationRate
 from schemas.build import BuildReplyV1, BuildRequestV1
 
 DESCRIPTION = (
@@ -40,6 +41,14 @@ DESCRIPTION = (
     "topic its reply_to names, with its correlation_id: a brief, an error, or reuse_previous; "
     "a record without a usable address goes to the dead-letter topic."
 )
+
+
+def organization_rate(build: BuildSettings) -> OrganizationRate | None:
+    """The per-organization build rate the settings ask for; ``None``: no limit."""
+    if not build.organization_rate:
+        return None
+    burst = build.organization_burst or max(1.0, build.organization_rate)
+    return OrganizationRate(build.organization_rate, burst)
 
 
 def create_app(
@@ -90,7 +99,13 @@ def create_app(
                 if build.preload_encoder:
                     for model in knowledge.models():
                         await encoders(model)
-                yield BuildHandler(registry, builder, build_metrics, reply_topics=reply_topics)
+                yield BuildHandler(
+                    registry,
+                    builder,
+                    build_metrics,
+                    reply_topics=reply_topics,
+                    rate=organization_rate(build),
+                )
             finally:
                 await invalidator.stop()
 

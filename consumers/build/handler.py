@@ -4,9 +4,11 @@
    refuses is dead-lettered (``reply_to_refused``), never answered. A record that fails gets an
    ``invalid_request`` error reply when its ``reply_to`` and ``correlation_id`` can be read;
    otherwise it is dead-lettered with the reason.
-2. Admit the policy (``policy_rejected``); answer ``reuse_previous`` for a resume the policy does
-   not refresh; build. A required source failure is ``required_source_failed``; any other
-   exception of the builder is ``internal_error``. Every one of these is a reply.
+2. Admit the organization (over its build rate: ``throttled``, with how long to wait;
+   contextcore/throttle.py) and the policy (``policy_rejected``); answer ``reuse_previous`` for
+   a resume the policy does not refresh; build. A required source failure is
+   ``required_source_failed``; any other exception of the builder is ``internal_error``. Every
+   one of these is a reply.
 
 The handler does no Kafka I/O: it returns the reply and the runtime publishes it, with a small
 ``internal_error`` reply as the fallback when the brief itself cannot be sent.
@@ -15,6 +17,7 @@ The handler does no Kafka I/O: it returns the reply and the runtime publishes it
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 
 from broker.reply_topics import ReplyTopics
@@ -24,6 +27,7 @@ from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
 from contextcore.builder import ContextBuilder
 from contextcore.registry import ContextSourceRegistry
+from contextcore.throttle import BoundedLabels, OrganizationRate
 from schemas import wire
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo, parse_build_request
 from schemas.envelope import printable
@@ -77,11 +81,14 @@ class BuildHandler:
         metrics: BuildMetrics,
         *,
         reply_topics: ReplyTopics,
+        rate: OrganizationRate | None = None,
     ) -> None:
         self.registry = registry
         self.builder = builder
         self.metrics = metrics
         self.reply_topics = reply_topics
+        self.rate = rate
+        self._throttled_label = BoundedLabels()
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
@@ -115,6 +122,9 @@ class BuildHandler:
     async def answer(self, envelope: BuildRequestV1, dropped: int) -> BuildReplyV1:
         """Admission, the resume rule, then the build; every outcome is a reply."""
         correlation_id = envelope.correlation_id
+        throttled = self._throttle(envelope)
+        if throttled is not None:
+            return throttled
         try:
             self.registry.validate_policy(envelope.policy)  # admission at the message boundary
         except PolicyError as error:
@@ -160,6 +170,27 @@ class BuildHandler:
             )
         self.metrics.brief(brief)
         return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped, manifest=manifest)
+
+    def _throttle(self, envelope: BuildRequestV1) -> BuildReplyV1 | None:
+        """The ``throttled`` reply when the organization is over its rate; ``None`` when it is
+        admitted (or there is no limit). Before the policy: a flood costs no work."""
+        if self.rate is None:
+            return None
+        organization = envelope.request.subject.organization_id
+        wait_s = self.rate.admit(organization)
+        if not wait_s:
+            return None
+        self.metrics.throttled.labels(self._throttled_label(organization)).inc()
+        wait_ms = max(1, math.ceil(wait_s * 1000))
+        return BuildReplyV1.failed(
+            envelope.correlation_id,
+            ErrorInfo(
+                code="throttled",
+                message=f"the organization is over its rate of {self.rate.rate:g} builds a "
+                f"second; try again in {wait_ms} ms",
+                retry_after_ms=wait_ms,
+            ),
+        )
 
     def farewell(self, record: Inbound, reason: str) -> Reply | None:
         """An ``internal_error`` reply for a request the runtime gave up on."""

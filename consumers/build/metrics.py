@@ -77,6 +77,7 @@ class CacheStatistics(Collector):
 @dataclass(frozen=True)
 class BuildMetrics:
     requests: Counter
+    throttled: Counter
     source_seconds: Histogram
     source_failures: Counter
     brief_tokens: Histogram
@@ -100,6 +101,14 @@ class BuildMetrics:
                 "counts its timeout).",
                 ["source"],
                 buckets=STAGE_BUCKETS,
+                registry=registry,
+            ),
+            throttled=Counter(
+                "contextcore_build_throttled_total",
+                "Build requests answered throttled (over the organization's rate), by "
+                "organization: the first 50 organizations a process throttles by id, the rest "
+                "as 'other' (a bounded number of series).",
+                ["organization"],
                 registry=registry,
             ),
             source_failures=Counter(
@@ -148,6 +157,7 @@ class BuildMetrics:
         first increment shows Prometheus no increase (and a dashboard no line)."""
         for outcome in ("ok", "error", "reuse_previous", "dead_letter"):
             self.requests.labels(outcome)
+        self.throttled.labels("other")
         for source in sources:
             for cause in (c for c in get_args(ReadCause) if c != "ok"):
                 for required in ("true", "false"):

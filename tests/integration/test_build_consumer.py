@@ -12,6 +12,7 @@ import pytest
 
 from tests.integration import seed
 from tests.integration.helpers import (
+    ORG,
     free_port,
     producer,
     read_json,
@@ -162,3 +163,46 @@ async def test_sources_read_the_replica_when_one_is_configured(
     [reply] = await read_json(bootstrap, reply_topic, until=1)
     assert reply["status"] == "ok"
     assert f"[crm.company:{company}] name: Only on the replica" in reply["brief"]["text"]
+
+
+async def test_an_organization_over_its_rate_is_answered_throttled_and_another_is_not(
+    config: Config, start_consumer: StartConsumer
+) -> None:
+    """Issue 33: with a build rate per organization, A's requests beyond its burst are answered
+    at once ``throttled``, with how long to wait, and counted under A in /metrics; B's requests,
+    in the same partition behind A's flood, are built. Without the rate every one is built."""
+    reply_topic = config.reply_topic("throttled")
+    settings = config.with_(
+        "build", organization_rate=0.001, organization_burst=3, metrics_port=free_port()
+    )
+    await start_consumer(settings)
+    other = "7c000000-0000-4000-8000-0000000000b2"
+    messages = [request_message(f"corr-a{i}", reply_topic) for i in range(8)]
+    for i in range(2):
+        message = request_message(f"corr-b{i}", reply_topic)
+        message["request"]["subject"]["organization_id"] = other
+        messages.append(message)
+    send = await producer(config.bootstrap)
+    try:
+        for message in messages:
+            await send.send_and_wait(
+                config.request_topic, json.dumps(message).encode(), key=b"same-partition"
+            )
+    finally:
+        await send.stop()
+
+    replies = {
+        r["correlation_id"]: r for r in await read_json(config.bootstrap, reply_topic, until=10)
+    }
+    throttled = sorted(c for c, r in replies.items() if r["status"] == "error")
+    assert len(throttled) == 5, replies
+    assert all(c.startswith("corr-a") for c in throttled)
+    for correlation_id in throttled:
+        error = replies[correlation_id]["error"]
+        assert error["code"] == "throttled"
+        assert error["retry_after_ms"] > 0
+        assert "try again in" in error["message"]
+    assert [replies[f"corr-b{i}"]["status"] for i in range(2)] == ["ok", "ok"]
+    url = f"http://127.0.0.1:{settings.build.metrics_port}/metrics"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+    assert f'contextcore_build_throttled_total{{organization="{ORG}"}} 5.0' in body
