@@ -1,7 +1,8 @@
 """Fair shares under noisy neighbours (issue 33): each scenario runs a victim organization B
 alone, then beside organization A's flood, in one run, and prints both and their ratio.
 
-    python -m bench.fairness [--only erasure] [--revisions 10000] [--rate 50]
+    python -m bench.fairness [--only erasure|ingestion] [--revisions 10000] [--rate 50]
+                             [--documents 5000]
 
 Scenarios measured so far:
 
@@ -11,6 +12,14 @@ Scenarios measured so far:
   memories through the memory source; A's agents keep writing too (10/s), so A's writes share
   batches with B's. Target: B's write p99 beside the erasure at most 2x B's p99 alone; B's reads
   likewise. Prints how long the erasure held A's lock, and the memory consumer's peak RSS.
+
+* ``ingestion``: A uploads ``--documents`` one-passage documents at once through
+  ``KnowledgeClient`` to a running upload consumer and embedding consumer (their own processes);
+  10 s later B uploads one document, three times in a row. B's upload-to-``ready`` alone and
+  beside A's flood; A's documents per second alone and beside B. Target: B beside at most twice
+  B alone plus the longest single encode of the flood (printed: an encode of as many of the
+  flood's passages as one encode merges, on this machine, with the consumers stopped); A's rate
+  beside at least 0.9 of A's alone.
 
 Prints figures; never passes or fails. CPU flags beside the figures (they differ between
 machines; compare the ratios of one run).
@@ -255,8 +264,129 @@ async def erasure(url: str, owner_url: str, admin: asyncpg.Connection, args: Nam
         await pool.close()
 
 
+# -------------------------------------------------------------------------------- ingestion
+
+
+async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
+    from bench.corpora import CACHE
+    from bench.ingest import passages
+    from broker.topics import TopicSpec, upload_topics
+    from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+    from contextcore.knowledge.settings import KnowledgeSettings
+    from producers.knowledge import KnowledgeClient
+
+    a, b = uuid.uuid4(), uuid.uuid4()
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(a, "A"), (b, "B")]
+    )
+    tag = uuid.uuid4().hex[:8]
+    topics = TopicSettings.model_construct(
+        upload=f"bench.{tag}.upload",
+        upload_partitions=2,
+        embed=f"bench.{tag}.embed",
+        embed_partitions=2,
+        reply_prefix=f"bench.{tag}.reply",
+    )
+    await ensure_topics(args.bootstrap, upload_topics(topics))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")},
+        "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": args.bootstrap,
+        "CONTEXTCORE_UPLOAD_FETCH_MAX_WAIT_MS": "100",
+        "CONTEXTCORE_EMBED_FETCH_MAX_WAIT_MS": "100",
+        "CONTEXTCORE_DATABASE_URL": url,
+        "CONTEXTCORE_TOPIC_UPLOAD": topics.upload,
+        "CONTEXTCORE_TOPIC_EMBED": topics.embed,
+        "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
+        "CONTEXTCORE_UPLOAD_GROUP_ID": f"bench-{tag}-upload",
+        "CONTEXTCORE_UPLOAD_METRICS_PORT": "0",
+        "CONTEXTCORE_EMBED_GROUP_ID": f"bench-{tag}-embed",
+        "CONTEXTCORE_EMBED_METRICS_PORT": "0",
+        "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
+    }
+    texts = [text.decode() for _, text in passages(args.documents + 20)]
+    flood, own = texts[: args.documents], texts[args.documents :]
+    upload = start_consumer("upload", env)
+    embed = start_consumer("embed", env)
+    client = KnowledgeClient(
+        bootstrap_servers=args.bootstrap,
+        upload_topic=topics.upload,
+        reply_topic_prefix=topics.reply_prefix,
+        fetch_max_wait_ms=20,
+        max_in_flight=1_000,
+    )
+    await client.start()
+    await ensure_topics(args.bootstrap, [TopicSpec(client.reply_topic, 1)])
+    uploaded = iter(range(10**9))
+
+    async def upload_one(organization: uuid.UUID, text: str) -> float:
+        n = next(uploaded)
+        started = time.perf_counter()
+        status = await client.upload(
+            organization_id=organization,
+            title=f"doc {n}",
+            media_type="text/plain",
+            uri=f"bench://{n}",
+            content=text,
+            timeout=3_600,
+        )
+        assert status.status == "ready", status
+        return (time.perf_counter() - started) * 1000
+
+    async def a_floods(label: str) -> tuple[float, list[float]]:
+        """A's documents per second, and B's three uploads' milliseconds (none: A alone)."""
+        started = time.perf_counter()
+        flooding = asyncio.gather(*(upload_one(a, text) for text in flood))
+        b_times: list[float] = []
+        if label == "beside":
+            await asyncio.sleep(10)
+            for text in own[3:6]:
+                b_times.append(await upload_one(b, text))
+        await flooding
+        return args.documents / (time.perf_counter() - started), b_times
+
+    try:
+        for text in own[:3]:  # warm-up: the encoder loads, the groups settle
+            await upload_one(b, text)
+        b_alone = [await upload_one(b, text) for text in own[6:12]]
+        a_alone, _ = await a_floods("alone")
+        a_beside, b_beside = await a_floods("beside")
+        rss = {"upload": peak_rss_mb(upload.pid), "embed": peak_rss_mb(embed.pid)}
+    finally:
+        await client.close()
+        for process in (upload, embed):
+            process.send_signal(signal.SIGTERM)
+            process.wait(60)
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    encoder = SentenceTransformerEncoder(
+        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
+    )
+    encoder.encode(flood[:64])  # warm
+    started = time.perf_counter()
+    encoder.encode(flood[:64])  # as many passages as one encode merges (CoalescingEncoder)
+    longest = (time.perf_counter() - started) * 1000
+    alone = Latencies("B's upload to ready alone", b_alone)
+    beside = Latencies("B's upload to ready beside A's flood", b_beside)
+    print("  " + alone.line())
+    print("  " + beside.line())
+    print(f"  the longest single encode of the flood (64 passages, OpenVINO): {longest:,.0f} ms")
+    bound = 2 * alone.quantile(0.5) + longest
+    print(
+        f"  B beside, worst: {max(b_beside):,.0f} ms against the bound 2 x alone + one encode = "
+        f"{bound:,.0f} ms (ratio to B alone, median: "
+        f"{beside.quantile(0.5) / alone.quantile(0.5):.1f})"
+    )
+    print(
+        f"  A's {args.documents:,} documents: {a_alone:.1f}/s alone, {a_beside:.1f}/s beside B "
+        f"({a_beside / a_alone:.2f} of alone; target >= 0.9)"
+    )
+    print(
+        f"  peak RSS: upload consumer {rss['upload']:.0f} MB, "
+        f"embedding consumer {rss['embed']:.0f} MB (targets < 300, < 1,536)"
+    )
+
+
 Namespace = argparse.Namespace
-SCENARIOS = {"erasure": erasure}
+SCENARIOS = {"erasure": erasure, "ingestion": ingestion}
 
 
 async def main() -> None:
@@ -265,6 +395,7 @@ async def main() -> None:
     parser.add_argument("--revisions", type=int, default=10_000, help="A's erased revisions")
     parser.add_argument("--rate", type=float, default=50, help="B's memory writes per second")
     parser.add_argument("--seconds", type=float, default=8, help="B's phase alone")
+    parser.add_argument("--documents", type=int, default=5_000, help="A's flood of uploads")
     args = parser.parse_args()
     name = "bench_fairness"
     seeded = await prepare(name, 0)

@@ -171,6 +171,17 @@ BUILDS = Board(
             BUILDS_BY_OUTCOME,
             BUILD_LATENCY,
             Panel(
+                "Builds throttled, by organization (over its rate; the first 50, then other)",
+                "reqps",
+                (
+                    q(
+                        "topk(10, sum by (organization) "
+                        f"(rate(contextcore_build_throttled_total[{RATE}])))",
+                        "{{organization}}",
+                    ),
+                ),
+            ),
+            Panel(
                 "Tokens per brief",
                 "short",
                 tuple(
@@ -477,6 +488,11 @@ KAFKA = Board(
                 "In flight",
                 "short",
                 (q("sum by (consumer) (contextcore_consumer_in_flight)", "{{consumer}}"),),
+            ),
+            Panel(
+                "Waiting in organization lanes (read ahead of the slots)",
+                "short",
+                (q("sum by (consumer) (contextcore_consumer_waiting)", "{{consumer}}"),),
             ),
         ],
         "Failures": [

@@ -25,11 +25,13 @@ import secrets
 import uuid
 from types import TracebackType
 from typing import Required, Self, TypedDict, Unpack
+from uuid import UUID
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import ValidationError
 
+from broker.lanes import organization_header
 from broker.reply_topics import ReplyTopics, client_reply_topic
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import TopicSpec, delete_topics, ensure_topics, reach
@@ -195,9 +197,12 @@ class ReplyChannel:
         async for record in consumer:
             self._on_reply(record.value or b"", record.offset)
 
-    async def _send(self, topic: str, value: bytes, key: bytes) -> None:
-        """Publish one request, at most ``max_in_flight`` at a time, with the current span's
-        trace context in its headers (broker/tracing.py; none without a span).
+    async def _send(
+        self, topic: str, value: bytes, key: bytes, organization: UUID | None = None
+    ) -> None:
+        """Publish one request, at most ``max_in_flight`` at a time, with its organization (the
+        consumer serves organizations in turn: broker/lanes.py) and the current span's trace
+        context in its headers (broker/tracing.py; none without a span).
 
         Raises:
             PublishFailed: the broker did not take it within ``send_timeout_s`` or refused it.
@@ -208,7 +213,10 @@ class ReplyChannel:
             try:
                 async with asyncio.timeout(self._send_timeout_s + 5):
                     await self._producer.send_and_wait(
-                        topic, value, key=key, headers=trace_headers()
+                        topic,
+                        value,
+                        key=key,
+                        headers=[organization_header(organization), *trace_headers()],
                     )
             except (KafkaError, TimeoutError) as error:
                 raise PublishFailed(
@@ -282,6 +290,7 @@ class ContextClient(ReplyChannel):
                 self.request_topic,
                 envelope.model_dump_json().encode(),
                 envelope.correlation_id.encode(),
+                request.subject.organization_id,
             )
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:

@@ -126,7 +126,7 @@ class KnowledgeClient(ReplyChannel):
             content=inline,
         )
         value = message.model_dump_json().encode()
-        return await self._await_final(message.correlation_id, value, timeout)
+        return await self._await_final(message.correlation_id, value, timeout, organization_id)
 
     async def reingest(
         self,
@@ -158,15 +158,19 @@ class KnowledgeClient(ReplyChannel):
             correlation_id=correlation_id if wait else None,
         )
         if not wait:
-            await self._send(self.upload_topic, message.model_dump_json().encode(), b"")
+            value = message.model_dump_json().encode()
+            await self._send(self.upload_topic, value, b"", organization_id)
             return None
-        return await self._await_final(correlation_id, message.model_dump_json().encode(), timeout)
+        value = message.model_dump_json().encode()
+        return await self._await_final(correlation_id, value, timeout, organization_id)
 
-    async def _await_final(self, key: str, value: bytes, timeout: float) -> UploadStatusV1:
+    async def _await_final(
+        self, key: str, value: bytes, timeout: float, organization_id: UUID | None
+    ) -> UploadStatusV1:
         queue: asyncio.Queue[UploadStatusV1] = asyncio.Queue()
         self._statuses[key] = queue
         try:
-            await self._send(self.upload_topic, value, key.encode())
+            await self._send(self.upload_topic, value, key.encode(), organization_id)
             async with asyncio.timeout(timeout):
                 while True:
                     status = await queue.get()

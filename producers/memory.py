@@ -109,7 +109,10 @@ class MemoryClient(ReplyChannel):
         self._waiting[key] = waiter
         try:
             await self._send(
-                self.memory_topic, message.model_dump_json().encode(), str(organization_id).encode()
+                self.memory_topic,
+                message.model_dump_json().encode(),
+                str(organization_id).encode(),
+                organization_id,
             )
             async with asyncio.timeout(timeout):
                 return await waiter

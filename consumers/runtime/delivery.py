@@ -36,10 +36,14 @@ again in place, and the minimal letter is tried until it is taken, because skipp
 lose the record. While the broker refuses, that record stays in flight and ``/healthz`` reports
 the partition stuck.
 
-Many records are in flight at once (``max_in_flight``); when every slot is busy,
-:meth:`Delivery.submit` waits, and with it the fetch loop. A revoked partition first drains its
-records (up to ``drain_timeout_s``; the rest are cancelled, uncommitted) and commits their
-position; shutdown does the same for all.
+Many records are in flight at once (``max_in_flight``). Records received beyond them wait in
+lanes, one per organization (:mod:`consumers.runtime.lanes`), up to ``read_ahead`` records and
+``read_ahead_bytes``; a free slot takes the next lane in turn, so one tenant's flood does not
+hold another tenant's record that arrived behind it. Each waiting record is tracked from its
+receipt, so no commit passes it. When the lanes are full, :meth:`Delivery.submit` waits, and
+with it the fetch loop. A revoked partition forgets its waiting records (its next owner reads
+them), drains its running ones (up to ``drain_timeout_s``; the rest are cancelled,
+uncommitted) and commits their position; shutdown does the same for all.
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ from consumers.runtime import logs, tracing
 from consumers.runtime.decoding import REPLY_TO_REFUSED
 from consumers.runtime.gate import SoloGate
 from consumers.runtime.journal import NoJournal, Start, StartJournal
+from consumers.runtime.lanes import Lanes
 from consumers.runtime.letters import dead_letter
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
@@ -174,7 +179,9 @@ class Delivery:
         self.wall_ms = wall_ms
         self.sleep = sleep
         self.in_flight = InFlight()
-        self._slots = asyncio.Semaphore(settings.max_in_flight)
+        self._free = settings.max_in_flight  # slots not running a record
+        self._waiting = Lanes()  # received, tracked, not started
+        self._room = asyncio.Event()  # set when a waiting record started or was forgotten
         self._tasks: dict[TopicPartition, set[asyncio.Task[None]]] = {}
         self._positions: dict[TopicPartition, int] = {}
         self._fetched: dict[TopicPartition, int] = {}  # one past the highest offset received
@@ -189,6 +196,7 @@ class Delivery:
         # the children this consumer observes per record, bound once: ``labels()`` checks and
         # converts its values on every call, a cost per record
         self._in_flight = metrics.in_flight.labels(consumer)
+        self._waiting_gauge = metrics.waiting.labels(consumer)
         self._record_seconds = metrics.record_seconds.labels(consumer)
         self._database_waits = metrics.waits.labels(consumer, "database")
         self._run_alone = metrics.alone.labels(consumer)
@@ -233,6 +241,7 @@ class Delivery:
     async def close(self) -> None:
         """Take no new record, let in-flight ones finish (bounded), commit, stop."""
         self._closing = True
+        self._forget_waiting(None)
         await self._drain(list(self._tasks))
         await self._flush_commits()
         for task in self._background:
@@ -247,6 +256,7 @@ class Delivery:
         """Drain the records of ``partitions`` (bounded) and commit their last position."""
         self._revoking.update(partitions)
         try:
+            self._forget_waiting(partitions)
             await self._drain(partitions)
             final = {
                 partition: tracker.position
@@ -260,6 +270,13 @@ class Delivery:
                 await self._commit(final)
         finally:
             self._revoking.difference_update(partitions)
+
+    def _forget_waiting(self, partitions: list[TopicPartition] | None) -> None:
+        """Forget the waiting records of ``partitions`` (all: ``None``): never started, so never
+        committed; the partition's next owner reads them."""
+        self._waiting.drop(partitions)
+        self._waiting_gauge.set(len(self._waiting))
+        self._room.set()
 
     async def _drain(self, partitions: list[TopicPartition]) -> None:
         """Let the records of ``partitions`` finish, up to ``drain_timeout_s``; cancel the rest.
@@ -309,11 +326,12 @@ class Delivery:
                 self._fetched[partition] = record.offset + 1
 
     async def submit(self, record: Inbound) -> None:
-        """Start ``record`` once a slot is free; return without waiting for its outcome."""
+        """Take ``record`` into its lane, start what the free slots take, and return once the
+        lanes hold no more than ``read_ahead`` records and ``read_ahead_bytes`` (the fetch
+        loop waits meanwhile); never waits for the record's outcome."""
         if self._closing:
             return
         self.received((record,))
-        await self._slots.acquire()
         partition = (record.topic, record.partition)
         tracker = self.in_flight.tracker(partition)
         if tracker is None and self._committer is not None and self._committer.owns(partition):
@@ -322,18 +340,38 @@ class Delivery:
             self.in_flight.assign([partition])
             tracker = self.in_flight.tracker(partition)
         if (
-            self._closing
-            or tracker is None  # not ours (revoked meanwhile): its owner reads it
+            tracker is None  # not ours (revoked meanwhile): its owner reads it
             or partition in self._revoking
             or not tracker.start(record.offset, self.clock())
         ):
-            self._slots.release()
             return
-        self._in_flight.inc()
-        task = asyncio.create_task(self._run(record, tracker))
-        running = self._tasks.setdefault(partition, set())
-        running.add(task)
-        task.add_done_callback(running.discard)
+        self._waiting.put(record)
+        self._dispatch()
+        while not self._closing and (
+            len(self._waiting) > self.settings.read_ahead
+            or (self._waiting.bytes > self.settings.read_ahead_bytes and len(self._waiting) > 1)
+        ):
+            self._room.clear()
+            await self._room.wait()
+
+    def _dispatch(self) -> None:
+        """Start waiting records, lane by lane in turn, while a slot is free."""
+        while self._free > 0 and not self._closing:
+            record = self._waiting.take()
+            if record is None:
+                break
+            self._room.set()
+            partition = (record.topic, record.partition)
+            tracker = self.in_flight.tracker(partition)
+            if tracker is None:  # revoked while it waited
+                continue
+            self._free -= 1
+            self._in_flight.inc()
+            task = asyncio.create_task(self._run(record, tracker))
+            running = self._tasks.setdefault(partition, set())
+            running.add(task)
+            task.add_done_callback(running.discard)
+        self._waiting_gauge.set(len(self._waiting))
 
     async def _run(self, record: Inbound, tracker: PartitionTracker) -> None:
         started = self.clock()
@@ -348,8 +386,9 @@ class Delivery:
             log.exception("%s: no outcome for %s", self.consumer, record.position)
             return
         finally:
-            self._slots.release()
+            self._free += 1
             self._in_flight.dec()
+            self._dispatch()
         self._record_seconds.observe(self.clock() - started)
 
     def _finished(self, record: Inbound, tracker: PartitionTracker) -> None:

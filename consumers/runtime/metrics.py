@@ -50,6 +50,7 @@ class RuntimeMetrics:
     publish_failures: Counter
     commits: Counter
     in_flight: Gauge
+    waiting: Gauge
     waits: Counter
     alone: Counter
     schema: Info
@@ -109,6 +110,13 @@ class RuntimeMetrics:
             in_flight=Gauge(
                 "contextcore_consumer_in_flight",
                 "Records started and not yet settled.",
+                ["consumer"],
+                registry=registry,
+            ),
+            waiting=Gauge(
+                "contextcore_consumer_waiting",
+                "Records received and not started yet: they wait in their organization's lane "
+                "for a slot (at most the consumer's read-ahead).",
                 ["consumer"],
                 registry=registry,
             ),

@@ -16,13 +16,22 @@ class ConsumerSettings(BaseSettings):
     metrics_port: int = Field(ge=0, le=65535)
     """Port of ``/metrics``, ``/healthz`` and ``/readyz``; 0 turns the endpoint off."""
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
-    """Records handled at once by one process; the fetch waits while all slots are busy."""
+    """Records handled at once by one process; more wait in lanes (``read_ahead``)."""
+    read_ahead: int = Field(default=1_000, ge=0, le=100_000)
+    """Records received and not started yet, at most, besides the ``max_in_flight`` running:
+    they wait in one lane per organization and a free slot takes the lanes in turn, so a
+    tenant's record behind another's flood starts within a turn once it is read (docs/delivery.md,
+    "Fair shares inside a consumer"). 0: the fetch waits for a free slot, first come first
+    served."""
+    read_ahead_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    """The waiting records' keys and values, at most (one record always gets in)."""
     handle_timeout_s: float = Field(default=30.0, gt=0)
     """A handler that takes longer is cancelled and its record retried."""
     stuck_after_s: float = Field(default=90.0, gt=0)
-    """``/healthz`` fails while a record has been in flight longer than this (liveness). It must
-    exceed the longest a healthy record may take: its back-off, its handling and two publishes
-    (checked when the app is built)."""
+    """``/healthz`` fails while a record has been in flight longer than this (liveness), counted
+    from its receipt (its wait in its lane included). It must exceed the longest a healthy
+    record may take: its back-off, its handling and two publishes (checked when the app is
+    built)."""
     commit_interval_s: float = Field(default=0.05, ge=0)
     """At most one offset commit per interval: positions that move meanwhile go in the next
     one. A crash replays at most this much finished work (at least once)."""

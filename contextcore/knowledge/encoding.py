@@ -5,6 +5,7 @@ OpenVINO) live in encoder.py and load in a worker thread."""
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -17,6 +18,9 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
         """One unit vector per text, in order. Blocking: call it from a worker thread."""
         ...
+
+
+_Call = tuple[list[str], "asyncio.Future[list[list[float]]]"]
 
 
 class SharedEncoder:
@@ -40,34 +44,52 @@ class CoalescingEncoder:
     """One encoder shared by concurrent batches: the calls that arrive while an encode runs are
     merged into the next one (up to ``max_texts``), so a document's short last batch rides with
     another's instead of paying a model call of its own. Results go back to each caller in its
-    own order; a failed encode fails every caller merged into it."""
+    own order; a failed encode fails every caller merged into it.
+
+    The waiting calls queue by ``lane`` (the embedding group's: the organization), and the next
+    encode takes the lanes in turn: a tenant's batch behind another's flood rides the next
+    encode, not the one after the flood (issue 33). One lane's calls keep their order."""
 
     def __init__(self, encoder: Encoder, max_texts: int = 64) -> None:
         self.encoder = encoder
         self.model = encoder.model
         self.max_texts = max_texts
-        self._waiting: list[tuple[list[str], asyncio.Future[list[list[float]]]]] = []
+        self._waiting: OrderedDict[object, deque[_Call]] = OrderedDict()
         self._worker: asyncio.Task[None] | None = None
 
-    async def encode(self, texts: Sequence[str]) -> list[list[float]]:
+    async def encode(self, texts: Sequence[str], lane: object = None) -> list[list[float]]:
         future: asyncio.Future[list[list[float]]] = asyncio.get_running_loop().create_future()
-        self._waiting.append((list(texts), future))
+        queue = self._waiting.get(lane)
+        if queue is None:
+            queue = self._waiting[lane] = deque()
+        queue.append((list(texts), future))
         if self._worker is None or self._worker.done():
             self._worker = asyncio.create_task(self._drain())
         return await future
 
+    def _next_encode(self) -> list[_Call]:
+        """The calls of the next encode: the head of each lane in turn, while they fit."""
+        taken: list[_Call] = []
+        count = 0
+        while self._waiting:
+            lane, queue = next(iter(self._waiting.items()))
+            texts, future = queue[0]
+            if taken and count + len(texts) > self.max_texts:
+                break
+            queue.popleft()
+            if queue:
+                self._waiting.move_to_end(lane)
+            else:
+                del self._waiting[lane]
+            if future.done():  # its caller was cancelled while it waited
+                continue
+            taken.append((texts, future))
+            count += len(texts)
+        return taken
+
     async def _drain(self) -> None:
         while self._waiting:
-            taken: list[tuple[list[str], asyncio.Future[list[list[float]]]]] = []
-            count = 0
-            while self._waiting and (
-                not taken or count + len(self._waiting[0][0]) <= self.max_texts
-            ):
-                texts, future = self._waiting.pop(0)
-                if future.done():  # its caller was cancelled while it waited
-                    continue
-                taken.append((texts, future))
-                count += len(texts)
+            taken = self._next_encode()
             if not taken:
                 continue
             merged = [text for texts, _ in taken for text in texts]

@@ -70,3 +70,25 @@ async def test_a_cancelled_caller_is_skipped() -> None:
     with pytest.raises(asyncio.CancelledError):
         await gone
     assert inner.calls[1] == ["kept"]
+
+
+async def test_the_next_encode_takes_each_lane_in_turn_so_one_tenant_never_waits_out_a_flood() -> (
+    None
+):
+    """Issue 33: A's ten batches wait behind a running encode, then B's one. The next encode
+    takes A's first batch and B's, not A's next ones: B waits for one encode, not for A's
+    flood. Each lane keeps its order."""
+    inner = Recording()
+    encoder = CoalescingEncoder(inner, max_texts=4)
+    first = asyncio.create_task(encoder.encode(["a0"], "A"))
+    await asyncio.sleep(0.05)  # the first encode runs
+    flood = [asyncio.create_task(encoder.encode([f"a{i}", f"a{i}"], "A")) for i in range(1, 11)]
+    theirs = asyncio.create_task(encoder.encode(["b"], "B"))
+    await asyncio.sleep(0.05)
+    inner.release.set()
+    await asyncio.gather(first, *flood, theirs)
+    assert inner.calls[0] == ["a0"]
+    assert inner.calls[1] == ["a1", "a1", "b"]  # B's rides the next encode
+    assert [t for call in inner.calls[2:] for t in call] == [
+        text for i in range(2, 11) for text in (f"a{i}", f"a{i}")
+    ]

@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from broker.lanes import HEADER_ORGANIZATION
 from broker.reply_topics import ReplyTopics
 from broker.settings import TopicSettings
 from consumers.runtime.delivery import Delivery, PublishError
 from consumers.runtime.journal import Prior
+from consumers.runtime.lanes import Lanes
 from consumers.runtime.letters import dead_letter
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
@@ -312,7 +314,7 @@ async def test_a_record_of_an_owned_partition_the_listener_did_not_announce_is_t
 async def test_slots_bound_the_records_in_flight() -> None:
     handler = Scripted(reply)
     handler.hold(0, 1)
-    rig = Rig(handler, max_in_flight=2)
+    rig = Rig(handler, max_in_flight=2, read_ahead=0)
     await rig.delivery.submit(record(0))
     await rig.delivery.submit(record(1))
     third = asyncio.create_task(rig.delivery.submit(record(2)))
@@ -324,6 +326,101 @@ async def test_slots_bound_the_records_in_flight() -> None:
     await rig.settle()
     assert sorted(handler.seen) == [0, 1, 2]
     await rig.close()
+
+
+def of(organization: str) -> dict[str, bytes]:
+    return {HEADER_ORGANIZATION: organization.encode()}
+
+
+async def test_the_read_ahead_bounds_the_records_that_wait_for_a_slot() -> None:
+    handler = Scripted(reply)
+    handler.hold(0)
+    rig = Rig(handler, max_in_flight=1, read_ahead=2)
+    for offset in (0, 1, 2):  # 0 runs, 1 and 2 wait: the fetch goes on
+        await asyncio.wait_for(rig.delivery.submit(record(offset)), 1)
+    fourth = asyncio.create_task(rig.delivery.submit(record(3)))
+    await asyncio.sleep(0.01)
+    assert not fourth.done()  # three would wait: the fetch waits with it
+    assert rig.delivery._waiting_gauge._value.get() == 3
+    handler.gates[0].set()
+    await asyncio.wait_for(fourth, 1)
+    await rig.settle()
+    assert handler.seen == [0, 1, 2, 3]
+    assert rig.committer.last() == 4
+    await rig.close()
+
+
+async def test_a_tenant_behind_anothers_flood_starts_within_a_turn_and_commits_wait() -> None:
+    """Issue 33: one slot, A's record running and twenty more of A's waiting, then B's: B's
+    starts after one more of A's, not after all twenty. Its commit waits for A's below it."""
+    handler = Scripted(reply)
+    handler.hold(0, 21)
+    rig = Rig(handler, max_in_flight=1, read_ahead=100)
+    for offset in range(21):
+        await rig.delivery.submit(record(offset, headers=of("a")))
+    await rig.delivery.submit(record(21, headers=of("b")))
+    handler.gates[0].set()
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert handler.seen == [0, 1, 21]  # B waited for one of A's twenty, not for all of them
+    assert len(rig.delivery._waiting) == 19
+    assert rig.committer.last() == 2  # 21 runs, 2 to 20 wait: no commit passes them
+    handler.gates[21].set()
+    await rig.settle()
+    assert handler.seen[:4] == [0, 1, 21, 2]
+    assert sorted(handler.seen) == list(range(22))
+    assert rig.committer.last() == 22
+    await rig.close()
+
+
+async def test_lanes_are_served_in_turn_and_a_record_without_an_organization_shares_one() -> None:
+    lanes = Lanes()
+    for offset, headers in [
+        (0, of("a")),
+        (1, of("a")),
+        (2, of("a")),
+        (3, of("b")),
+        (4, {}),
+        (5, of("x" * 65)),  # no organization id: the shared lane
+        (6, of("b")),
+    ]:
+        lanes.put(record(offset, headers=headers))
+    assert lanes.lanes() == 3
+    taken = [lanes.take() for _ in range(7)]
+    assert [r.offset for r in taken if r is not None] == [0, 3, 4, 1, 6, 5, 2]
+    assert lanes.take() is None
+    assert (len(lanes), lanes.bytes) == (0, 0)
+
+
+async def test_a_revoked_partition_forgets_its_waiting_records_and_commits_what_finished() -> None:
+    handler = Scripted(reply)
+    handler.hold(0)
+    rig = Rig(handler, max_in_flight=1, read_ahead=10)
+    for offset in range(3):
+        await rig.delivery.submit(record(offset))
+    await rig.delivery.submit(record(0, partition=1))
+    assert len(rig.delivery._waiting) == 3
+    asyncio.get_running_loop().call_later(0.05, handler.gates[0].set)
+    await rig.delivery.revoke([("t", 0)])
+    assert rig.committer.last() == 1  # 0 finished; 1 and 2 never started: its next owner's
+    await rig.settle()
+    assert handler.seen == [0, 0]  # partition 1's record ran; 1 and 2 of partition 0 never did
+    assert len(rig.delivery._waiting) == 0
+    await rig.close()
+
+
+async def test_closing_forgets_the_waiting_records_and_a_waiting_fetch_returns() -> None:
+    handler = Scripted(reply)
+    handler.hold(0)
+    rig = Rig(handler, max_in_flight=1, read_ahead=0, drain_timeout_s=0.05)
+    await rig.delivery.submit(record(0))
+    second = asyncio.create_task(rig.delivery.submit(record(1)))
+    await asyncio.sleep(0.01)
+    assert not second.done()
+    await rig.close()
+    await asyncio.wait_for(second, 1)
+    assert handler.seen == [0]
+    assert rig.committer.last() is None  # 0 was cancelled by the drain deadline, 1 never ran
 
 
 async def test_a_handler_that_raises_is_retried_through_the_topic_then_dead_lettered() -> None:

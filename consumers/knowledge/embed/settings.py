@@ -19,6 +19,11 @@ class EmbedSettings(ConsumerSettings):
     document of one passage is a batch of one or two chunks, and four of them made encodes too
     small (bench.ingest --small 2000: 0.45 of the raw encode at 4, 0.58 at 16, 0.57 at 64;
     60 large documents: 0.72 at 4, 0.77 at 16; docs/performance.md)."""
+    read_ahead: int = Field(default=10_000, ge=0, le=100_000)
+    """Batches waiting in their organization's lane: an upload of thousands of documents is
+    thousands of batches, and another tenant's batch behind them is started within a turn only
+    once it is read."""
+    read_ahead_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     handle_timeout_s: float = Field(default=120.0, gt=0)
     stuck_after_s: float = Field(default=300.0, gt=0)
     fetch_max_wait_ms: int | None = Field(default=100, ge=0, le=10_000)

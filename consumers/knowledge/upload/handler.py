@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from uuid import UUID
 
 from pydantic import ValidationError
 
+from broker.lanes import organization_header
 from broker.reply_topics import ReplyTopics
 from broker.tracing import trace_headers
 from consumers.knowledge.replies import rejected, reply, status_of, superseded, tell
@@ -146,8 +148,8 @@ class UploadHandler:
             except Unstorable as error:
                 prepared = await self.ingestion.give_up(prepared, str(error))
                 records = []
-            for key, value in records:
-                await self.publish(key, value)
+            for key, value, organization in records:
+                await self.publish(key, value, organization)
         status = answer(prepared, decoded.correlation_id)
         self.metrics.uploads.labels(outcome=status.status).inc()
         self.metrics.batches_published.inc(len(prepared.batches))
@@ -176,8 +178,8 @@ class UploadHandler:
                     else:
                         prepared = await self.ingestion.give_up(prepared, str(error))
                     records = []
-                for key, value in records:
-                    await self.publish(key, value)
+                for key, value, organization in records:
+                    await self.publish(key, value, organization)
         if isinstance(prepared, str):
             self.metrics.uploads.labels(outcome="rejected").inc()
             if command.reply_to is None or command.correlation_id is None:
@@ -203,14 +205,15 @@ class UploadHandler:
         if why is not None:
             log.warning("could not tell %s it was superseded: %s", replaced.reply_to, why)
 
-    def records(self, batches: Sequence[Batch]) -> list[tuple[bytes, bytes]]:
-        """Every batch as the records (key, value) that carry it, each under the record limit.
+    def records(self, batches: Sequence[Batch]) -> list[tuple[bytes, bytes, UUID | None]]:
+        """Every batch as the records (key, value, organization) that carry it, each under the
+        record limit.
 
         Raises:
             Unstorable: a chunk is not one the embedding group accepts, or its record alone
                 is over the limit.
         """
-        records: list[tuple[bytes, bytes]] = []
+        records: list[tuple[bytes, bytes, UUID | None]] = []
         for batch in batches:
             chunks = []
             for chunk in batch.chunks:
@@ -223,7 +226,9 @@ class UploadHandler:
                         f"one the embedding step takes ({problem})"
                     ) from None
             key = str(batch.source_id).encode()
-            records.extend((key, value) for value in self._cut(batch, chunks))
+            records.extend(
+                (key, value, batch.organization_id) for value in self._cut(batch, chunks)
+            )
         return records
 
     def _cut(self, batch: Batch, chunks: list[EmbedChunkV1]) -> list[bytes]:
@@ -254,13 +259,18 @@ class UploadHandler:
         half = len(chunks) // 2
         return self._cut(batch, chunks[:half]) + self._cut(batch, chunks[half:])
 
-    async def publish(self, key: bytes, value: bytes) -> None:
+    async def publish(self, key: bytes, value: bytes, organization: UUID | None) -> None:
         await self.publisher.publish(
             self.embed_topic,
             value,
             key=key,
-            # the upload's span: the embedding group continues its trace, to the last batch
-            headers=[("content-type", b"application/json"), *trace_headers()],
+            headers=[
+                ("content-type", b"application/json"),
+                # the embedding group serves each organization's batches in turn
+                organization_header(organization),
+                # the upload's span: the embedding group continues its trace, to the last batch
+                *trace_headers(),
+            ],
         )
 
     def farewell(self, record: Inbound, reason: str) -> Reply | None:

@@ -22,6 +22,11 @@ class UploadSettings(ConsumerSettings):
     metrics_port: int = Field(default=9465, ge=0, le=65535)
     max_in_flight: int = Field(default=4, ge=1, le=1_000)
     """Extraction and chunking use a CPU each: keep this near the cores."""
+    read_ahead: int = Field(default=10_000, ge=0, le=100_000)
+    """Uploads waiting in their organization's lane: a bulk upload is thousands of records, and
+    another tenant's upload behind them starts within a turn only once it is read."""
+    read_ahead_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
+    """Inline documents are up to a record each: this bounds what the waiting ones hold."""
     handle_timeout_s: float = Field(default=300.0, gt=0)
     """Covers a wait for a free extraction worker and a job of its own, each up to
     ``extract_wall_s``, and the reads and writes around them."""
