@@ -302,9 +302,14 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         "CONTEXTCORE_EMBED_GROUP_ID": f"bench-{tag}-embed",
         "CONTEXTCORE_EMBED_METRICS_PORT": "0",
         "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
+        # the lanes alone: the consumers' lower CPU priority is for builds beside them
+        "CONTEXTCORE_UPLOAD_NICE": "0",
+        "CONTEXTCORE_EMBED_NICE": "0",
     }
+    # the held-out passages (4,500); the flood reuses them past that, each upload a document
     texts = [text.decode() for _, text in passages(args.documents + 20)]
-    flood, own = texts[: args.documents], texts[args.documents :]
+    flood = [texts[i % (len(texts) - 20)] for i in range(args.documents)]
+    own = texts[-20:]
     upload = start_consumer("upload", env)
     embed = start_consumer("embed", env)
     client = KnowledgeClient(

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -125,6 +126,8 @@ class ConsumerApp:
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then drain and leave the group; spans go over OTLP
         when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (consumers/runtime/tracing.py)."""
+        if self.settings.nice:  # before any thread: the encoder's and the workers inherit it
+            os.nice(self.settings.nice)
         exporting = tracing.export_from_environment(self.name)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

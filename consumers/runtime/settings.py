@@ -52,6 +52,12 @@ class ConsumerSettings(BaseSettings):
     unavailable_wait_max_s: float = Field(default=2.0, gt=0)
     """While the database does not answer, a record's handling is tried again in place, the
     wait doubling up to this; no attempt is spent."""
+    nice: int = Field(default=0, ge=0, le=19)
+    """How much lower this process's CPU priority is than it was started with (``os.nice``, at
+    start, before any thread; the threads and worker processes it starts inherit it): on a
+    shared node a batch consumer yields the cores to the build and memory consumers. 0: as
+    started. The upload and embedding consumers default to 10 (docs/operations.md, "Fair
+    shares")."""
     dead_letter_payload_bytes: int = Field(default=64 * 1024, ge=256)
     """A dead letter keeps at most this much of the original record (with its size and sha256)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import urllib.request
 import uuid
 
@@ -206,3 +207,24 @@ async def test_an_organization_over_its_rate_is_answered_throttled_and_another_i
     url = f"http://127.0.0.1:{settings.build.metrics_port}/metrics"
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert f'contextcore_build_throttled_total{{organization="{ORG}"}} 5.0' in body
+
+
+def niceness(pid: int) -> int:
+    """The nice value of a process (field 19 of /proc/<pid>/stat, after the command's
+    parenthesis)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[16])
+
+
+async def test_the_upload_consumer_yields_the_cpu_and_the_build_consumer_does_not(
+    config: Config, start_consumer: StartConsumer
+) -> None:
+    """Issue 33: batch work runs at a lower CPU priority (nice 10) than the interactive path, so
+    on a shared node extraction and encoding yield the cores to builds; the setting moves it."""
+    ours = niceness(os.getpid())
+    build = await start_consumer(config)
+    upload = await start_consumer(config, consumer="upload")
+    assert niceness(build.process.pid) == ours
+    assert niceness(upload.process.pid) == min(ours + 10, 19)
+    quiet = await start_consumer(config.with_("upload", nice=3), consumer="upload")
+    assert niceness(quiet.process.pid) == min(ours + 3, 19)

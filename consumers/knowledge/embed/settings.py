@@ -24,6 +24,8 @@ class EmbedSettings(ConsumerSettings):
     thousands of batches, and another tenant's batch behind them is started within a turn only
     once it is read."""
     read_ahead_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
+    nice: int = Field(default=10, ge=0, le=19)
+    """Batch work: the encoder yields the CPU to builds and memory writes on a shared node."""
     handle_timeout_s: float = Field(default=120.0, gt=0)
     stuck_after_s: float = Field(default=300.0, gt=0)
     fetch_max_wait_ms: int | None = Field(default=100, ge=0, le=10_000)

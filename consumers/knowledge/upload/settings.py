@@ -27,6 +27,8 @@ class UploadSettings(ConsumerSettings):
     another tenant's upload behind them starts within a turn only once it is read."""
     read_ahead_bytes: int = Field(default=16 * 1024 * 1024, ge=0)
     """Inline documents are up to a record each: this bounds what the waiting ones hold."""
+    nice: int = Field(default=10, ge=0, le=19)
+    """Batch work: extraction yields the CPU to builds and memory writes on a shared node."""
     handle_timeout_s: float = Field(default=300.0, gt=0)
     """Covers a wait for a free extraction worker and a job of its own, each up to
     ``extract_wall_s``, and the reads and writes around them."""
