@@ -13,13 +13,13 @@ Scenarios measured so far:
   batches with B's. Target: B's write p99 beside the erasure at most 2x B's p99 alone; B's reads
   likewise. Prints how long the erasure held A's lock, and the memory consumer's peak RSS.
 
-* ``ingestion``: A uploads ``--documents`` one-passage documents at once through
-  ``KnowledgeClient`` to a running upload consumer and embedding consumer (their own processes);
-  10 s later B uploads one document, three times in a row. B's upload-to-``ready`` alone and
-  beside A's flood; A's documents per second alone and beside B. Target: B beside at most twice
-  B alone plus the longest single encode of the flood (printed: an encode of as many of the
-  flood's passages as one encode merges, on this machine, with the consumers stopped); A's rate
-  beside at least 0.9 of A's alone.
+* ``ingestion``: A uploads ``--documents`` one-passage documents at once through its
+  ``KnowledgeClient`` (B has its own) to a running upload consumer and embedding consumer
+  (their own processes); 10 s later B uploads one document, three times in a row. B's
+  upload-to-``ready`` alone and beside A's flood; A's documents per second alone and beside B.
+  Target: B beside at most twice B alone plus the longest single encode of the flood (printed:
+  an encode of as many of the flood's passages as one encode merges, on this machine, with the
+  consumers stopped); A's rate beside at least 0.9 of A's alone.
 
 Prints figures; never passes or fails. CPU flags beside the figures (they differ between
 machines; compare the ratios of one run).
@@ -312,21 +312,27 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
     own = texts[-20:]
     upload = start_consumer("upload", env)
     embed = start_consumer("embed", env)
-    client = KnowledgeClient(
-        bootstrap_servers=args.bootstrap,
-        upload_topic=topics.upload,
-        reply_topic_prefix=topics.reply_prefix,
-        fetch_max_wait_ms=20,
-        max_in_flight=1_000,
-    )
-    await client.start()
-    await ensure_topics(args.bootstrap, [TopicSpec(client.reply_topic, 1)])
+    # each organization its own service and client, as tenants are: B's requests and replies
+    # never queue behind A's in one producer or one reply topic
+    clients = {
+        organization: KnowledgeClient(
+            bootstrap_servers=args.bootstrap,
+            upload_topic=topics.upload,
+            reply_topic_prefix=topics.reply_prefix,
+            fetch_max_wait_ms=20,
+            max_in_flight=1_000,
+        )
+        for organization in (a, b)
+    }
+    for client in clients.values():
+        await client.start()
+        await ensure_topics(args.bootstrap, [TopicSpec(client.reply_topic, 1)])
     uploaded = iter(range(10**9))
 
     async def upload_one(organization: uuid.UUID, text: str) -> float:
         n = next(uploaded)
         started = time.perf_counter()
-        status = await client.upload(
+        status = await clients[organization].upload(
             organization_id=organization,
             title=f"doc {n}",
             media_type="text/plain",
@@ -357,7 +363,8 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         a_beside, b_beside = await a_floods("beside")
         rss = {"upload": peak_rss_mb(upload.pid), "embed": peak_rss_mb(embed.pid)}
     finally:
-        await client.close()
+        for client in clients.values():
+            await client.close()
         for process in (upload, embed):
             process.send_signal(signal.SIGTERM)
             process.wait(60)
