@@ -35,6 +35,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import asyncpg
 
@@ -183,21 +184,23 @@ async def erasure(url: str, owner_url: str, admin: asyncpg.Connection, args: Nam
     )
     counter = iter(range(10**9))
 
-    async def b_write(i: int) -> None:
-        n = next(counter)
-        candidate = MemoryCandidate(
-            scope="user", attribute=f"observation.b{n % 200}", text=f"B's fact {n}"
-        )
-        answer = await client.remember(b_writer, candidate, timeout=120)
-        assert answer.status == "written", answer
+    def writer(
+        who: Invoker, scope: Literal["user", "organization"], name: str, keys: int
+    ) -> Callable[[int], Awaitable[None]]:
+        """One remember call of ``who``'s, on one of ``keys`` attributes in turn."""
 
-    async def a_write(i: int) -> None:
-        n = next(counter)
-        candidate = MemoryCandidate(
-            scope="organization", attribute=f"observation.a{n % 50}", text=f"A's fact {n}"
-        )
-        answer = await client.remember(a_writer, candidate, timeout=120)
-        assert answer.status == "written", answer
+        async def write(i: int) -> None:
+            n = next(counter)
+            candidate = MemoryCandidate(
+                scope=scope, attribute=f"observation.{name}{n % keys}", text=f"{name}'s fact {n}"
+            )
+            answer = await client.remember(who, candidate, timeout=120)
+            assert answer.status == "written", answer
+
+        return write
+
+    b_write = writer(b_writer, "user", "b", 200)
+    a_write = writer(a_writer, "organization", "a", 50)
 
     async def b_read(i: int) -> None:
         await source.retrieve(read, spec)

@@ -69,15 +69,14 @@ class Lanes:
         """Forget the waiting records of ``partitions`` (all with ``None``); how many."""
         wanted = None if partitions is None else set(partitions)
         dropped = 0
-        for lane in list(self._lanes):
-            queue = self._lanes[lane]
-            kept = deque(
-                r for r in queue if wanted is not None and (r.topic, r.partition) not in wanted
-            )
+        for lane, queue in list(self._lanes.items()):
+            kept: deque[Inbound] = deque()
             for record in queue:
                 if wanted is None or (record.topic, record.partition) in wanted:
                     dropped += 1
                     self.bytes -= _size(record)
+                else:
+                    kept.append(record)
             if kept:
                 self._lanes[lane] = kept
             else:
