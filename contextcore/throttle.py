@@ -2,11 +2,12 @@
 once, cheaply, instead of taking every slot of a consumer another tenant needs (issue 33;
 docs/operations.md, "Fair shares").
 
-A token bucket per organization: ``rate`` tokens a second, at most ``burst`` saved up; a request
-takes one token, and a request that finds none is refused with the time until one is there (it
-takes nothing, so a caller that waits that long is admitted). Pure logic, one process's view:
-with N consumer processes sharing a topic whose records are spread over partitions at random,
-an organization gets about N times ``rate``.
+A token bucket per organization: ``rate`` tokens a second, at most ``burst`` saved up (each
+organization's own, its quotas: contextcore/quotas.py); a request takes one token, and a request
+that finds none is refused with the time until one is there (it takes nothing, so a caller that
+waits that long is admitted). Pure logic, one process's view: with N consumer processes sharing
+a topic whose records are spread over partitions at random, an organization gets about N times
+``rate``.
 
 Memory is bounded: at most ``max_organizations`` buckets, the least recently used forgotten
 first. A forgotten bucket is full again when its organization comes back, so the bound only
@@ -22,34 +23,32 @@ from uuid import UUID
 
 
 class OrganizationRate:
-    """``admit(organization)``: 0 when admitted, otherwise the seconds until it would be."""
+    """``admit(organization, rate, burst)``: 0 when admitted, otherwise the seconds until it
+    would be."""
 
     def __init__(
-        self,
-        rate: float,
-        burst: float,
-        *,
-        max_organizations: int = 10_000,
-        clock: Callable[[], float] = time.monotonic,
+        self, *, max_organizations: int = 10_000, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        if rate <= 0 or burst < 1 or max_organizations < 1:
-            raise ValueError("a rate above 0, a burst of at least 1, at least one bucket")
-        self.rate = rate
-        self.burst = burst
+        if max_organizations < 1:
+            raise ValueError("at least one bucket")
         self.max_organizations = max_organizations
         self.clock = clock
         self._buckets: OrderedDict[UUID, tuple[float, float]] = OrderedDict()
         """organization → (tokens, when they were counted)"""
 
-    def admit(self, organization: UUID) -> float:
+    def admit(self, organization: UUID, rate: float, burst: float) -> float:
+        """Take a token of ``organization``'s bucket, which refills at ``rate`` a second up to
+        ``burst`` (a changed quota applies from this call on)."""
+        if rate <= 0 or burst < 1:
+            raise ValueError("a rate above 0 and a burst of at least 1")
         now = self.clock()
-        tokens, counted = self._buckets.pop(organization, (self.burst, now))
-        tokens = min(self.burst, tokens + max(0.0, now - counted) * self.rate)
+        tokens, counted = self._buckets.pop(organization, (burst, now))
+        tokens = min(burst, tokens + max(0.0, now - counted) * rate)
         wait_s = 0.0
         if tokens >= 1:
             tokens -= 1
         else:
-            wait_s = (1 - tokens) / self.rate
+            wait_s = (1 - tokens) / rate
         self._buckets[organization] = (tokens, now)  # the most recently used, last
         while len(self._buckets) > self.max_organizations:
             self._buckets.popitem(last=False)

@@ -2,7 +2,7 @@
 ``contextcore.commands``, found at run time, so each distribution brings its own: the client
 (packaging/client) its commands in ``producers/`` (build, upload, memory), the service
 (pyproject.toml) the consumers' (serve, policy) and the operator's in ``admin/`` (schema,
-knowledge, memory health, memory erase), the dev tools (packaging/devstack) ``dev``. None
+knowledge, memory health, memory erase, quota), the dev tools (packaging/devstack) ``dev``. None
 imports another's. An entry point ``NAME.SUB`` adds ``contextcore NAME SUB`` to a command that
 another distribution owns (the service's ``memory.health`` beside the client's ``memory``).
 
@@ -60,6 +60,7 @@ ELSEWHERE = {
     "policy": "comes with the service distribution, contextcore",
     "memory.health": "comes with the service distribution, contextcore",
     "memory.erase": "comes with the service distribution, contextcore",
+    "quota": "comes with the service distribution, contextcore",
 }
 """Where a command that is not installed here comes from."""
 

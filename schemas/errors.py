@@ -19,7 +19,8 @@
     ├── UnknownModel (LookupError)  a batch names a model this process does not encode with
     ├── BatchRefused                the store will never take an embedding batch
     ├── UploadRefused               the database refuses to open an upload, for good
-    │   └── NoSuchOrganization      ... it names an organization the database does not hold
+    │   ├── NoSuchOrganization      ... it names an organization the database does not hold
+    │   └── OverQuota               ... or a quota of the organization refuses it
     ├── Unstorable                  a document's chunks cannot be carried to the embedding group
     ├── MemoryContention            a memory write lost its chain's head too often
     ├── JournalRefused              the memory journal refused a transaction whole
@@ -41,10 +42,10 @@ Where they live: ``SourceFailure`` contextcore/builder.py, ``WireError`` schemas
 extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/addresses.py,
 ``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/search.py, ``UnknownModel``
 contextcore/knowledge/embed.py, ``BatchRefused`` contextcore/knowledge/embed.py,
-``UploadRefused`` and ``NoSuchOrganization`` contextcore/knowledge/ingest.py, ``Unstorable``
-consumers/knowledge/upload/handler.py, ``MemoryContention`` and ``JournalRefused`` with its three
-contextcore/memory/service.py, ``Refused`` admin/knowledge.py, ``DocumentTooLarge``
-producers/knowledge.py, the rest here.
+``UploadRefused``, ``NoSuchOrganization`` and ``OverQuota`` contextcore/knowledge/ingest.py,
+``Unstorable`` consumers/knowledge/upload/handler.py, ``MemoryContention`` and
+``JournalRefused`` with its three contextcore/memory/service.py, ``Refused`` admin/knowledge.py,
+``DocumentTooLarge`` producers/knowledge.py, the rest here.
 (``_Died`` in contextcore/knowledge/sandbox.py, private to its module, is one too.) A test
 (tests/unit/test_errors.py) checks that every exception class the packages define is drawn
 here and derives from the root.

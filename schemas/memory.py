@@ -149,6 +149,9 @@ RefusalReason = Literal[
     "not_owner",  # forget names a memory of another definition or another user
     "workflow_node",  # a workflow tool node cannot write memory
     "invalid_input",  # the call does not validate, or reuses an idempotency key for another call
+    # the organization holds its quota memory_revisions (an operator's setting): not journaled,
+    # so the same call is applied once the quota is raised or memories are forgotten
+    "quota",
     # the service gave up on the call (it kept failing, or took its process down): it may have
     # been applied or not; the same call again, with its idempotency key, answers which
     "not_handled",

@@ -32,8 +32,8 @@ from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.settings import DatabaseSettings
 from contextcore.sources.cache import CacheInvalidator
+from contextcore.storage.quotas import DatabaseQuotas
 from contextcore.storage.tenancy import TenantDatabase
-from contextcore.throttle import OrganizationRate
 from schemas.build import BuildReplyV1, BuildRequestV1
 
 DESCRIPTION = (
@@ -41,14 +41,6 @@ DESCRIPTION = (
     "topic its reply_to names, with its correlation_id: a brief, an error, or reuse_previous; "
     "a record without a usable address goes to the dead-letter topic."
 )
-
-
-def organization_rate(build: BuildSettings) -> OrganizationRate | None:
-    """The per-organization build rate the settings ask for; ``None``: no limit."""
-    if not build.organization_rate:
-        return None
-    burst = build.organization_burst or max(1.0, build.organization_rate)
-    return OrganizationRate(build.organization_rate, burst)
 
 
 def create_app(
@@ -104,7 +96,7 @@ def create_app(
                     builder,
                     build_metrics,
                     reply_topics=reply_topics,
-                    rate=organization_rate(build),
+                    quotas=DatabaseQuotas(tenants, ttl_s=build.quotas_ttl_s),
                 )
             finally:
                 await invalidator.stop()

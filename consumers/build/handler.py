@@ -4,11 +4,11 @@
    refuses is dead-lettered (``reply_to_refused``), never answered. A record that fails gets an
    ``invalid_request`` error reply when its ``reply_to`` and ``correlation_id`` can be read;
    otherwise it is dead-lettered with the reason.
-2. Admit the organization (over its build rate: ``throttled``, with how long to wait;
-   contextcore/throttle.py) and the policy (``policy_rejected``); answer ``reuse_previous`` for
-   a resume the policy does not refresh; build. A required source failure is
-   ``required_source_failed``; any other exception of the builder is ``internal_error``. Every
-   one of these is a reply.
+2. Admit the organization (over its quota build_rate: ``throttled``, with how long to wait;
+   contextcore/quotas.py, contextcore/throttle.py) and the policy (``policy_rejected``);
+   answer ``reuse_previous`` for a resume the policy does not refresh; build. A required
+   source failure is ``required_source_failed``; any other exception of the builder is
+   ``internal_error``. Every one of these is a reply.
 
 The handler does no Kafka I/O: it returns the reply and the runtime publishes it, with a small
 ``internal_error`` reply as the fallback when the brief itself cannot be sent.
@@ -26,6 +26,7 @@ from consumers.runtime.decoding import decode_request
 from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
 from contextcore.builder import ContextBuilder
+from contextcore.quotas import QuotaReader
 from contextcore.registry import ContextSourceRegistry
 from contextcore.throttle import BoundedLabels, OrganizationRate
 from schemas import wire
@@ -81,13 +82,14 @@ class BuildHandler:
         metrics: BuildMetrics,
         *,
         reply_topics: ReplyTopics,
-        rate: OrganizationRate | None = None,
+        quotas: QuotaReader | None = None,
     ) -> None:
         self.registry = registry
         self.builder = builder
         self.metrics = metrics
         self.reply_topics = reply_topics
-        self.rate = rate
+        self.quotas = quotas
+        self.rate = OrganizationRate()
         self._throttled_label = BoundedLabels()
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
@@ -122,7 +124,7 @@ class BuildHandler:
     async def answer(self, envelope: BuildRequestV1, dropped: int) -> BuildReplyV1:
         """Admission, the resume rule, then the build; every outcome is a reply."""
         correlation_id = envelope.correlation_id
-        throttled = self._throttle(envelope)
+        throttled = await self._throttle(envelope)
         if throttled is not None:
             return throttled
         try:
@@ -171,13 +173,19 @@ class BuildHandler:
         self.metrics.brief(brief)
         return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped, manifest=manifest)
 
-    def _throttle(self, envelope: BuildRequestV1) -> BuildReplyV1 | None:
-        """The ``throttled`` reply when the organization is over its rate; ``None`` when it is
-        admitted (or there is no limit). Before the policy: a flood costs no work."""
-        if self.rate is None:
+    async def _throttle(self, envelope: BuildRequestV1) -> BuildReplyV1 | None:
+        """The ``throttled`` reply when the organization is over its quota build_rate; ``None``
+        when it is admitted (or has no such quota). Before the policy: a flood costs no work
+        (the quotas are read once per organization per few seconds)."""
+        if self.quotas is None:
             return None
         organization = envelope.request.subject.organization_id
-        wait_s = self.rate.admit(organization)
+        quotas = await self.quotas.quotas(organization)
+        rate = quotas.build_rate
+        if rate is None:
+            return None
+        burst = quotas.build_burst or max(1.0, rate)
+        wait_s = self.rate.admit(organization, rate, burst)
         if not wait_s:
             return None
         self.metrics.throttled.labels(self._throttled_label(organization)).inc()
@@ -186,8 +194,8 @@ class BuildHandler:
             envelope.correlation_id,
             ErrorInfo(
                 code="throttled",
-                message=f"the organization is over its rate of {self.rate.rate:g} builds a "
-                f"second; try again in {wait_ms} ms",
+                message=f"the organization is over its quota build_rate ({rate:g} builds a "
+                f"second, build_burst {burst:g}); try again in {wait_ms} ms",
                 retry_after_ms=wait_ms,
             ),
         )

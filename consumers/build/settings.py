@@ -15,11 +15,9 @@ class BuildSettings(ConsumerSettings):
     metrics_port: int = Field(default=9464, ge=0, le=65535)
     max_in_flight: int = Field(default=16, ge=1, le=10_000)
     """Builds at once; each reads up to five sources, so keep it near the database pool."""
-    organization_rate: float = Field(default=0, ge=0, allow_inf_nan=False)
-    """Builds per second one organization may request of one process (its excess is answered
-    ``throttled`` at once, with how long to wait); 0: no limit (contextcore/throttle.py)."""
-    organization_burst: int = Field(default=0, ge=0)
-    """Builds an organization may request at once above its rate; 0: one second's worth."""
+    quotas_ttl_s: float = Field(default=5.0, gt=0, le=3_600, allow_inf_nan=False)
+    """How long this process keeps an organization's quotas (build_rate, build_burst:
+    contextcore/quotas.py) before reading them again: a changed quota applies within it."""
     source_timeout_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """The builder's independent timeout per source read: an outage ceiling, not a target."""
     preload_encoder: bool = True

@@ -71,7 +71,9 @@ class MemoryHandler:
                 self.metrics.count_change(answer.change, answer.chain_length)
         else:
             self.metrics.count_write(call.action, "refused", answer.reason)
-            if not answer.journaled:  # a reused key, an erased one, or the database refused it
+            # a reused key, an erased one, or the database refused it (a quota refusal is
+            # counted by the metric only: the journal's health counts invalid input)
+            if not answer.journaled and answer.reason == "invalid_input":
                 await self._count_refusal(call.principal.organization_id, call.action)
         return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
 

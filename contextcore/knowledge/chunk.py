@@ -97,6 +97,10 @@ class ChunkSettings:
         return min(CHARS_PER_TOKEN * self.max_tokens, MAX_CHUNK_CHARS)
 
 
+TOO_MANY_PASSAGES = "the document makes more than"
+"""How the reason of a document over the chunk limit begins (it crosses the sandbox as text)."""
+
+
 def chunk(
     title: str,
     sections: list[Section],
@@ -124,7 +128,7 @@ def chunk(
         for body in tokenizer.windows(text, budget, settings.overlap, settings.max_chars):
             if max_chunks is not None and len(chunks) == max_chunks:
                 raise ExtractionError(
-                    f"the document makes more than {max_chunks:,} passages (the limit of one "
+                    f"{TOO_MANY_PASSAGES} {max_chunks:,} passages (the limit of one "
                     "document): split it"
                 )
             tokens = tokenizer.count(body) + settings.special_tokens

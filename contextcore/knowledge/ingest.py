@@ -48,9 +48,10 @@ from contextcore.knowledge.addresses import (
     ObjectUnavailable,
     parse,
 )
-from contextcore.knowledge.chunk import Chunk, Cut, ModelWindow
+from contextcore.knowledge.chunk import TOO_MANY_PASSAGES, Chunk, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
 from contextcore.knowledge.state import DELETED, Accepted, SourceState, Superseded
+from contextcore.quotas import NO_QUOTAS, Quotas
 from schemas.errors import ContextcoreError
 
 CONSUMER = "upload"
@@ -65,6 +66,11 @@ class UploadRefused(ContextcoreError):
 
 class NoSuchOrganization(UploadRefused):
     """The upload names an organization the database does not hold (no retry creates one)."""
+
+
+class OverQuota(UploadRefused):
+    """A quota of the organization (contextcore/quotas.py) refuses this; the message names it.
+    Nothing of it was stored: refused at once, or, past the accept, the source fails with it."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,8 @@ class Opened:
     live_model: str
     next_model: str | None
     """The model a switch is moving the scope to, if one is."""
+    quotas: Quotas = NO_QUOTAS
+    """The organization's quotas in force (none for the platform's documents)."""
 
 
 class KnowledgeRepository(Protocol):
@@ -161,8 +169,15 @@ class KnowledgeRepository(Protocol):
         sections: list[Section],
         chunk_counts: dict[str, int],
         size_bytes: int | None,
+        *,
+        stored_chunks: int | None = None,
     ) -> SourceState | None:
-        """Keep the generation's extracted text and how many chunks it has per model."""
+        """Keep the generation's extracted text and how many chunks it has per model.
+
+        Raises:
+            OverQuota: the organization's other sources hold so many chunks that these would
+                pass ``stored_chunks`` (nothing was written).
+        """
         ...
 
     async def expect_chunks(
@@ -305,15 +320,25 @@ class Ingestion:
             return Prepared(state, [])
         targets = [active] if switching is None else [active, switching]
         size_bytes = None
+        quotas = opened.quotas
         try:
             if state.sections is None:
                 data = await self._content(upload, address)
                 size_bytes = len(data)
                 cut = await self._cut(
-                    state.title, targets, document=data, media_type=upload.media_type
+                    state.title,
+                    targets,
+                    document=data,
+                    media_type=upload.media_type,
+                    quota=quotas.chunks_per_document,
                 )
             else:
-                cut = await self._cut(state.title, targets, sections=state.sections)
+                cut = await self._cut(
+                    state.title,
+                    targets,
+                    sections=state.sections,
+                    quota=quotas.chunks_per_document,
+                )
         except (ExtractionError, ObjectError) as error:
             return await self._fail(state, str(error))
         except ObjectUnavailable as error:
@@ -322,7 +347,12 @@ class Ingestion:
             return await self._fail(state, f"{error} (after the last attempt)")
         if state.sections is None:
             counts = {model: len(chunks) for model, chunks in cut.chunks.items()}
-            current = await self.repository.record_text(state, cut.sections, counts, size_bytes)
+            try:
+                current = await self.repository.record_text(
+                    state, cut.sections, counts, size_bytes, stored_chunks=quotas.stored_chunks
+                )
+            except OverQuota as error:
+                return await self._fail(state, str(error))
         else:  # recorded by an earlier handling of this upload
             current = await self.repository.source(state.organization_id, state.id)
         if current is None:  # an admin deleted it meanwhile
@@ -410,21 +440,36 @@ class Ingestion:
         document: bytes | None = None,
         media_type: str = "",
         sections: list[Section] | None = None,
+        quota: int | None = None,
     ) -> Cut:
+        """The sections and chunks, at most ``self.limits.max_chunks`` per model, or fewer
+        when the organization's quota chunks_per_document (``quota``) is lower: the reason
+        then names the quota."""
         windows = {}
         for model in models:
             window = self.models(model)
             if window is None:
                 raise ExtractionError(f"this service cannot cut text for the model {model!r}")
             windows[model] = window
-        return await self.sandbox.cut(
-            title=title,
-            models=windows,
-            media_type=media_type,
-            document=document,
-            sections=sections,
-            limits=self.limits,
-        )
+        limits = self.limits
+        if quota is not None and quota < limits.max_chunks:
+            limits = replace(limits, max_chunks=quota)
+        try:
+            return await self.sandbox.cut(
+                title=title,
+                models=windows,
+                media_type=media_type,
+                document=document,
+                sections=sections,
+                limits=limits,
+            )
+        except ExtractionError as error:
+            if limits is self.limits or not str(error).startswith(TOO_MANY_PASSAGES):
+                raise
+            raise ExtractionError(
+                f"{TOO_MANY_PASSAGES} {quota:,} passages, the organization's quota "
+                "chunks_per_document: split it, or ask the operator to raise the quota"
+            ) from error
 
     async def _fail(self, state: SourceState, reason: str) -> Prepared:
         return await self.give_up(Prepared(state, []), reason)

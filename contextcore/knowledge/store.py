@@ -41,6 +41,7 @@ from contextcore.knowledge.ingest import (
     NewSource,
     NoSuchOrganization,
     Opened,
+    OverQuota,
     UploadRefused,
 )
 from contextcore.knowledge.state import (
@@ -50,7 +51,9 @@ from contextcore.knowledge.state import (
     SourceState,
     Superseded,
 )
+from contextcore.quotas import NO_QUOTAS, Quotas
 from contextcore.storage import ledger
+from contextcore.storage.quotas import LOCK_ORGANIZATION, QUOTAS
 from contextcore.storage.tenancy import (
     PLATFORM,
     SERVICE_ROLE,
@@ -210,6 +213,34 @@ ORGANIZATION_EXISTS = TenantQuery(
 -- (RLS shows the scope its own row only). An upload for one that is not is refused before the
 -- ledger or a source is written: its foreign keys would refuse it on every retry.
 SELECT EXISTS (SELECT 1 FROM organizations WHERE id = $1)
+""",
+)
+
+UPLOADS_IN_FLIGHT = TenantQuery(
+    "knowledge.uploads_in_flight",
+    """
+-- knowledge.uploads_in_flight: the scope's pending sources, other than the one with this
+-- identity (uri $2, object key $3; an inline upload has neither and is a source of its own),
+-- counted up to $4 (the quota uploads_in_flight: no need to count further). Run under the
+-- organization's quota lock (quotas.lock_organization).
+SELECT count(*) FROM (
+    SELECT 1 FROM knowledge_sources AS s
+    WHERE s.organization_id = $1 AND s.status = 'pending'
+      AND NOT (coalesce(s.uri = $2, false) OR coalesce(s.object_key = $3, false))
+    LIMIT $4
+) AS pending
+""",
+)
+
+CHUNKS_HELD = TenantQuery(
+    "knowledge.chunks_held",
+    """
+-- knowledge.chunks_held: the chunks the scope's other sources hold or are storing under model
+-- $3 (their current generations' counts, ready or pending), for the quota stored_chunks. Run
+-- under the organization's quota lock.
+SELECT coalesce(sum(m.chunk_count), 0) FROM knowledge_source_models AS m
+WHERE m.organization_id = $1 AND m.embedding_model = $3 AND m.source_id <> $2
+  AND m.status IN ('pending', 'ready')
 """,
 )
 
@@ -581,6 +612,43 @@ async def sweep(
     return [Swept(**dict(row)) for row in rows]
 
 
+async def _quotas(tenant: TenantConnection, organization_id: UUID | None) -> Quotas:
+    """The organization's quotas in force; the platform's own documents have none."""
+    if organization_id is None:
+        return NO_QUOTAS
+    row = await tenant.fetchrow(QUOTAS)
+    return NO_QUOTAS if row is None else Quotas.of(row)
+
+
+async def _room_for_an_upload(tenant: TenantConnection, new: NewSource, quota: int) -> None:
+    """Raises :class:`OverQuota` when the scope has ``quota`` uploads pending already (a new
+    generation of a pending source takes no more room). Holds the quota lock until the
+    transaction ends, so a concurrent upload counts this one."""
+    await tenant.execute(LOCK_ORGANIZATION)
+    pending = await tenant.fetchval(UPLOADS_IN_FLIGHT, new.uri, new.object_key, quota)
+    if pending >= quota:
+        raise OverQuota(
+            f"the organization has {pending:,} uploads in flight, its quota uploads_in_flight: "
+            "upload again once some are ready, or ask the operator to raise it"
+        )
+
+
+async def _room_for_chunks(
+    tenant: TenantConnection, source_id: UUID, counts: dict[str, int], quota: int
+) -> None:
+    """Raises :class:`OverQuota` when the source's chunks under a model, with those the scope's
+    other sources hold under it, would pass ``quota``; under the quota lock, as above."""
+    await tenant.execute(LOCK_ORGANIZATION)
+    for model, count in counts.items():
+        held = await tenant.fetchval(CHUNKS_HELD, source_id, model)
+        if held + count > quota:
+            raise OverQuota(
+                f"the document makes {count:,} chunks and the organization holds {held:,}, "
+                f"over its quota stored_chunks ({quota:,}): delete documents, or ask the "
+                "operator to raise it"
+            )
+
+
 def _scope(organization_id: UUID | None) -> Scope:
     """The tenancy scope of an organization's rows, or of the platform's (``None``)."""
     return organization_id if organization_id is not None else PLATFORM
@@ -656,6 +724,9 @@ class PostgresKnowledgeRepository:
                 if organization_id is not None and not await tenant.fetchval(ORGANIZATION_EXISTS):
                     raise NoSuchOrganization(f"no such organization: {organization_id}")
                 claimed = await ledger.claim(tenant, CONSUMER, upload_key)
+                quotas = await _quotas(tenant, organization_id)
+                if claimed and quotas.uploads_in_flight is not None:
+                    await _room_for_an_upload(tenant, new, quotas.uploads_in_flight)
                 if claimed:
                     started = await accept(
                         tenant,
@@ -678,7 +749,7 @@ class PostgresKnowledgeRepository:
             # the log has the database's words; the uploader hears none of them
             refused = "the database refuses this upload (a value it cannot hold)"
             raise UploadRefused(refused) from error
-        return Opened(claimed, started, state, live, switching)
+        return Opened(claimed, started, state, live, switching, quotas)
 
     async def open_reingest(
         self,
@@ -697,7 +768,8 @@ class PostgresKnowledgeRepository:
                 started = await restart_generation(tenant, source_id, key, reply_to, correlation_id)
             state = await source(tenant, source_id)
             live, switching = await models(tenant)
-        return Opened(claimed, started, state, live, switching)
+            quotas = await _quotas(tenant, organization_id)
+        return Opened(claimed, started, state, live, switching, quotas)
 
     async def source(self, organization_id: UUID | None, source_id: UUID) -> SourceState | None:
         async with self.database.writing(_scope(organization_id)) as tenant:
@@ -709,8 +781,12 @@ class PostgresKnowledgeRepository:
         sections: list[Section],
         chunk_counts: dict[str, int],
         size_bytes: int | None,
+        *,
+        stored_chunks: int | None = None,
     ) -> SourceState | None:
         async with self.database.writing(_scope(source_state.organization_id)) as tenant:
+            if stored_chunks is not None:
+                await _room_for_chunks(tenant, source_state.id, chunk_counts, stored_chunks)
             await record_text(
                 tenant,
                 source_state.id,

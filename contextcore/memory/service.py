@@ -388,7 +388,10 @@ def _refused(write: Write, refusal: Refusal) -> Write:
 def _journaled(write: Write, answer: Answer) -> Answer:
     """``answer``, marked when the journal holds no row for it: memory_apply journals a
     refusal it was handed (``refusal``) and every answer of a new key, but not an
-    ``invalid_input`` it gives a key reused for another call or a key whose write was erased."""
+    ``invalid_input`` it gives a key reused for another call or a key whose write was erased,
+    nor a ``quota`` refusal (00038)."""
+    if isinstance(answer, Refusal) and answer.reason == "quota":
+        return answer.model_copy(update={"journaled": False})
     if (
         isinstance(answer, Refusal)
         and answer.reason == "invalid_input"

@@ -11,6 +11,7 @@ import uuid
 import asyncpg
 import pytest
 
+from admin.quotas import set_quotas
 from consumers.build.settings import BuildSettings
 from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.knowledge.upload.settings import UploadSettings
@@ -170,15 +171,20 @@ async def test_sources_read_the_replica_when_one_is_configured(
 
 
 async def test_an_organization_over_its_rate_is_answered_throttled_and_another_is_not(
-    config: Config, start_consumer: StartConsumer
+    config: Config, start_consumer: StartConsumer, database: Database, admin: asyncpg.Connection
 ) -> None:
-    """Issue 33: with a build rate per organization, A's requests beyond its burst are answered
-    at once ``throttled``, with how long to wait, and counted under A in /metrics; B's requests,
-    in the same partition behind A's flood, are built. Without the rate every one is built."""
+    """Issue 33: with the quota build_rate set for A (organization_quotas, 00038), A's requests
+    beyond its burst are answered at once ``throttled``, naming the quota, with how long to
+    wait, and counted under A in /metrics; B's requests, in the same partition behind A's
+    flood, are built. Without the quota every one is built."""
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", uuid.UUID(ORG))
+    owner = await asyncpg.connect(database.owner_url)
+    try:
+        await set_quotas(owner, uuid.UUID(ORG), build_rate=0.001, build_burst=3)
+    finally:
+        await owner.close()
     reply_topic = config.reply_topic("throttled")
-    settings = config.with_(
-        "build", organization_rate=0.001, organization_burst=3, metrics_port=free_port()
-    )
+    settings = config.with_("build", metrics_port=free_port())
     await start_consumer(settings)
     other = "7c000000-0000-4000-8000-0000000000b2"
     messages = [request_message(f"corr-a{i}", reply_topic) for i in range(8)]
@@ -206,6 +212,7 @@ async def test_an_organization_over_its_rate_is_answered_throttled_and_another_i
         assert error["code"] == "throttled"
         assert error["retry_after_ms"] > 0
         assert "try again in" in error["message"]
+        assert "quota build_rate" in error["message"]
     assert [replies[f"corr-b{i}"]["status"] for i in range(2)] == ["ok", "ok"]
     url = f"http://127.0.0.1:{settings.build.metrics_port}/metrics"
     body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())

@@ -256,6 +256,7 @@ INVOCATIONS: dict[str, list[Invocation]] = {
             ("memory", "erase", "--organization", ORG, "--user", ID), ("database",), (OWNER,)
         )
     ],
+    "quota": [Invocation(("quota", "show", "--organization", ORG), ("database",), (OWNER,))],
     "serve": [
         Invocation(("serve", name), groups, (BROKER, URL))
         for name, groups in CONSUMER_GROUPS.items()
@@ -507,6 +508,7 @@ RUNTIME, OWNED = (URL, True), (OWNER, False)
 CONNECTING: dict[str, tuple[tuple[str, ...], tuple[str, bool]]] = {
     "memory health": (("memory", "health", "--organization", ORG), RUNTIME),
     "memory erase": (("memory", "erase", "--organization", ORG, "--user", ID), OWNED),
+    "quota show": (("quota", "show", "--organization", ORG), OWNED),
     "knowledge documents": (("knowledge", "documents", "--platform"), RUNTIME),
     "knowledge failed": (("knowledge", "failed", "--platform"), RUNTIME),
     "knowledge index": (("knowledge", "index"), OWNED),

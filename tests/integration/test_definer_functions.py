@@ -205,6 +205,11 @@ async def victim(admin: asyncpg.Connection) -> Victim:
         b,
         f"contact:{v.secret('erased')}",
     )
+    await admin.execute(
+        "INSERT INTO organization_quotas (organization_id, build_rate, memory_revisions)"
+        " VALUES ($1, 7, 70)",
+        b,
+    )
     # the platform's rows: shared in some tables by design, in none other
     await seed.insert(
         admin,
@@ -222,6 +227,7 @@ async def victim(admin: asyncpg.Connection) -> Victim:
         uuid.uuid4(),
     )
     await seed.insert(admin, "processed_messages", consumer="upload", message_id="platform")
+    await admin.execute("INSERT INTO organization_quotas (build_rate) VALUES (1000)")  # default
     return v
 
 
@@ -646,9 +652,11 @@ SHARED = {
     "knowledge_source_models",
     "knowledge_chunks",
     "knowledge_settings",
+    "organization_quotas",
 }
 """The tables whose platform rows (a null organization) every scope reads, by design: platform
-definitions and the platform's documentation and live model (docs/tenancy.md)."""
+definitions and the platform's documentation and live model (docs/tenancy.md), and the default
+quotas (00038)."""
 
 SOURCE_TRIGGER = {"knowledge_chunks", "knowledge_source_models"}
 """Their BEFORE INSERT trigger looks the source up first, under the caller's row security

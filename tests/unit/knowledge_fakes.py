@@ -13,8 +13,9 @@ from uuid import UUID
 from contextcore.knowledge.addresses import ObjectAddress, ObjectError, ObjectUnavailable
 from contextcore.knowledge.chunk import Chunk, ChunkSettings, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
-from contextcore.knowledge.ingest import NewSource, Opened
+from contextcore.knowledge.ingest import NewSource, Opened, OverQuota
 from contextcore.knowledge.state import Accepted, SourceState, Superseded
+from contextcore.quotas import NO_QUOTAS
 
 LIVE, NEXT = "small-model", "large-model"
 
@@ -30,11 +31,12 @@ class Sources:
         self.expected: dict[tuple[UUID, int], dict[str, int]] = {}
         self.live, self.next = LIVE, None  # type: tuple[str, str | None]
         self.calls: list[str] = []
+        self.quotas = NO_QUOTAS
 
     def _opened(
         self, claimed: bool, started: Accepted | None, source: SourceState | None
     ) -> Opened:
-        return Opened(claimed, started, source, self.live, self.next)
+        return Opened(claimed, started, source, self.live, self.next, self.quotas)
 
     def _start(self, old: SourceState, key: str, reply_to: str | None, cid: str | None, *,
                sections: list[Section] | None) -> Accepted:  # fmt: skip
@@ -59,6 +61,11 @@ class Sources:
         if upload_key in self.claimed:
             found = self.identity.get(identity) if identity else None
             return self._opened(False, None, None if found is None else self.rows.get(found))
+        in_flight = self.quotas.uploads_in_flight
+        others = [r for r in self.rows.values() if r.status == "pending"
+                  and (not identity or self.identity.get(identity) != r.id)]  # fmt: skip
+        if in_flight is not None and len(others) >= in_flight:
+            raise OverQuota(f"{len(others)} uploads in flight, the quota uploads_in_flight")
         self.claimed.add(upload_key)
         if identity in self.identity and self.identity[identity] in self.rows:
             old = self.rows[self.identity[identity]]
@@ -96,9 +103,14 @@ class Sources:
 
     async def record_text(
         self, source: SourceState, sections: list[Section], chunk_counts: dict[str, int],
-        size_bytes: int | None,
+        size_bytes: int | None, *, stored_chunks: int | None = None,
     ) -> SourceState | None:  # fmt: skip
         self.calls.append("record_text")
+        for model, count in chunk_counts.items():
+            held = sum(counts.get(model, 0) for (other, _), counts in self.expected.items()
+                       if other != source.id and self.rows[other].status != "failed")  # fmt: skip
+            if stored_chunks is not None and held + count > stored_chunks:
+                raise OverQuota(f"{held} chunks held, the quota stored_chunks")
         current = self.rows.get(source.id)
         if current is not None and current.generation == source.generation:
             self.rows[source.id] = replace(current, sections=sections)

@@ -34,6 +34,7 @@ EXPECTED = CLIENT | {
     "schema",
     "memory.health",
     "memory.erase",
+    "quota",
     "dev",
 }
 

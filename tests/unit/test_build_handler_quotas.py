@@ -1,0 +1,68 @@
+"""The build handler's admission by the quota build_rate (contextcore/quotas.py), on an
+in-memory :class:`~contextcore.quotas.QuotaReader`: each organization is held to its own
+quotas, read per request, and one without any is never throttled."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+from prometheus_client import CollectorRegistry
+
+from consumers.build.handler import BuildHandler
+from consumers.build.metrics import BuildMetrics
+from consumers.runtime.records import Inbound, Stopwatch
+from contextcore.quotas import NO_QUOTAS, Quotas
+from tests.unit.test_build_messages import ORG, REPLY_TOPICS, message, reply_of, service
+
+OTHER = "6f1c2a3b-0000-4000-8000-000000000002"
+
+
+class Book:
+    """Quotas by organization; every read counted."""
+
+    def __init__(self, quotas: dict[str, Quotas]) -> None:
+        self.by_organization = quotas
+        self.reads = 0
+
+    async def quotas(self, organization_id: uuid.UUID) -> Quotas:
+        self.reads += 1
+        return self.by_organization.get(str(organization_id), NO_QUOTAS)
+
+
+async def statuses(handler: BuildHandler, organization: str, n: int) -> list[str]:
+    answers: list[str] = []
+    for i in range(n):
+        raw = message(correlation_id=f"{organization}-{i}")
+        raw["request"]["subject"]["organization_id"] = organization
+        record = Inbound("t", 0, i, None, json.dumps(raw).encode())
+        reply = reply_of(await handler.handle(record, Stopwatch()))
+        answers.append(reply.error.code if reply.error else reply.status)
+    return answers
+
+
+async def test_an_organization_is_throttled_past_its_own_burst_and_another_never() -> None:
+    registry, builder = service()
+    book = Book({ORG: Quotas(build_rate=0.001, build_burst=2)})
+    handler = BuildHandler(
+        registry,
+        builder,
+        BuildMetrics.create(CollectorRegistry()),
+        reply_topics=REPLY_TOPICS,
+        quotas=book,
+    )
+    assert await statuses(handler, ORG, 4) == ["ok", "ok", "throttled", "throttled"]
+    assert await statuses(handler, OTHER, 4) == ["ok"] * 4
+    assert book.reads == 8  # read per request: the reader keeps them (DatabaseQuotas: 5 s)
+    book.by_organization[ORG] = Quotas(build_rate=1_000.0, build_burst=1_000)
+    await asyncio.sleep(0.01)  # at least ten tokens at the raised rate (a sleep is never shorter)
+    assert await statuses(handler, ORG, 1) == ["ok"]
+
+
+async def test_without_a_quota_reader_nothing_is_throttled() -> None:
+    registry, builder = service()
+    handler = BuildHandler(
+        registry, builder, BuildMetrics.create(CollectorRegistry()), reply_topics=REPLY_TOPICS
+    )
+    assert await statuses(handler, ORG, 20) == ["ok"] * 20
