@@ -1,10 +1,13 @@
 """Fair shares under noisy neighbours (issue 33): each scenario runs a victim organization B
 alone, then beside organization A's flood, in one run, and prints both and their ratio.
 
-    python -m bench.fairness [--only erasure|ingestion] [--revisions 10000] [--rate 50]
-                             [--documents 5000]
+    python -m bench.fairness [--only erasure|ingestion|builds|interactive|huge] [--quick]
+                             [--seconds 8] [--revisions 10000] [--rate 50] [--documents 5000]
+                             [--capacity-seconds 5] [--ingest-documents 2000]
+                             [--sections 100000]
 
-Scenarios measured so far:
+Without ``--only``, every scenario, in this order. ``--quick`` shrinks every size (a smoke run
+of a scenario takes a minute or two; its figures mean little); a size given beside it wins.
 
 * ``erasure``: A's operator erases one user's ``--revisions`` memories (each written through the
   memory service, so each has its journal row) while B's agents write memories at ``--rate``
@@ -21,6 +24,34 @@ Scenarios measured so far:
   an encode of as many of the flood's passages as one encode merges, on this machine, with the
   consumers stopped); A's rate beside at least 0.9 of A's alone.
 
+* ``builds`` (target 2): first what one build consumer process sustains: A's typical builds
+  (the demo's five sources), 32 always waiting, for ``--capacity-seconds``, on a consumer of its
+  own. Then A gets the quota ``build_rate`` of half that (and ``build_burst`` one second's
+  worth: ``contextcore quota``, set before the next consumer starts, as it keeps quotas 5 s), so
+  that A's admitted builds and B's fit in one process. On a fresh consumer, B sends 10 typical
+  builds a second for ``--seconds`` alone, then beside A's flood at three times the sustained
+  rate, sent by A's own client in a process of its own (as a tenant's service is). Target: B's
+  p99 beside at most 2x alone, every request of B's answered; A's excess answered at once
+  ``throttled`` with ``retry_after_ms``, and counted per organization in the consumer's
+  ``contextcore_build_throttled_total`` (printed from its /metrics).
+
+* ``interactive`` (target 3): B's builds at 20/s for ``--seconds`` alone, then beside A's ingest
+  of ``--ingest-documents`` one-passage documents through an upload consumer and an embedding
+  consumer at their default nice value (10), all on this machine, the build consumer at 0. Twice:
+  with B's typical policy, and with the knowledge source added (over B's own 20 documents, each
+  build a new question, so each encodes its query). B's phases beside start once A's first
+  document is ready. Target: B's build p99 beside at most 2x alone. Prints the ingest's
+  documents per second during each phase beside.
+
+* ``huge`` (target 4): A uploads one Markdown document of ``--sections`` short sections (100,000:
+  about 3.5 MB) by reference, through the upload consumer's file root (it does not fit a record);
+  10 s later B uploads a one-chunk document, three times in a row. B's upload-to-``ready``
+  alone (before A's upload) and beside; what became of A's document: the upload consumer's
+  chunk limit (``CONTEXTCORE_UPLOAD_MAX_DOCUMENT_CHUNKS``, 10,000) should fail it, with the
+  reason, before any chunk is stored (printed: its status and reason, the seconds to them, A's
+  chunks stored). Target: B beside at most twice B alone plus the longest single encode of the
+  flood (as many of A's sections as one encode merges).
+
 Prints figures; never passes or fails. CPU flags beside the figures (they differ between
 machines; compare the ratios of one run).
 """
@@ -29,29 +60,55 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import math
+import multiprocessing
 import os
+import random
+import re
 import signal
+import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Literal
 
 import asyncpg
 
-from bench.processes import peak_rss_mb, start_consumer
-from bench.seeded import drop, prepare
+from admin.quotas import set_quotas
+from bench.corpora import CACHE
+from bench.e2e import Consumer, free_port
+from bench.processes import nice, peak_rss_mb, start_consumer, tree_cpu_seconds
+from bench.seeded import FULL_POLICY, TYPICAL_POLICY, Org, drop, prepare, request_for, seed
 from broker.settings import TopicSettings
-from broker.topics import ensure_topics, memory_topics
+from broker.topics import (
+    TopicSpec,
+    build_topics,
+    delete_topics,
+    ensure_topics,
+    memory_topics,
+    upload_topics,
+)
 from contextcore.memory.erasure import erase
 from contextcore.memory.service import MemoryService
 from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from producers.client import ContextClient
+from producers.knowledge import KnowledgeClient, UploadFailed
 from producers.memory import MemoryClient
-from schemas.context import ContextRequest, ContextSourceSpec, ContextSubject
+from producers.staging import FileStage
+from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from schemas.errors import ReplyTimeout
 from schemas.memory import Invoker, MemoryCandidate
+from schemas.upload import UploadStatusV1
 
 
 def cpu_flags() -> str:
@@ -108,6 +165,18 @@ async def paced(
 
 def between(timings: list[tuple[float, float]], start: float, end: float) -> list[float]:
     return [ms for at, ms in timings if start <= at <= end]
+
+
+def deadline(seconds: float) -> Callable[[], bool]:
+    """``paced``'s ``until``: true once ``seconds`` have passed from now."""
+    until = time.perf_counter() + seconds
+    return lambda: time.perf_counter() > until
+
+
+def p99_ratio(alone: Latencies, beside: Latencies) -> str:
+    """Issue 33's figure for calls: B's p99 beside the flood over B's p99 alone."""
+    ratio = beside.quantile(0.99) / alone.quantile(0.99)
+    return f"  ratio, B's p99 beside / alone: {ratio:.2f} (target <= 2)"
 
 
 # ---------------------------------------------------------------------------------- erasure
@@ -269,14 +338,69 @@ async def erasure(url: str, owner_url: str, admin: asyncpg.Connection, args: Nam
 
 # -------------------------------------------------------------------------------- ingestion
 
+ENCODE_MERGES = 64
+"""Passages one encode of the embedding group merges at most (its CoalescingEncoder)."""
 
-async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
-    from bench.corpora import CACHE
-    from bench.ingest import passages
-    from broker.topics import TopicSpec, upload_topics
+
+def knowledge_client(bootstrap: str, topics: TopicSettings) -> KnowledgeClient:
+    """An organization's own client of the upload topic (each tenant has its own: its uploads
+    and statuses never queue behind another's in one producer or one reply topic)."""
+    return KnowledgeClient(
+        bootstrap_servers=bootstrap,
+        upload_topic=topics.upload,
+        reply_topic_prefix=topics.reply_prefix,
+        fetch_max_wait_ms=20,
+        max_in_flight=1_000,
+    )
+
+
+async def upload_text(client: KnowledgeClient, organization: uuid.UUID, text: str, n: int) -> float:
+    """Milliseconds from the upload of ``text``, document ``n`` of ``organization``, to its
+    ``ready`` (a failed or rejected upload raises)."""
+    started = time.perf_counter()
+    await client.upload(
+        organization_id=organization,
+        title=f"doc {n}",
+        media_type="text/plain",
+        uri=f"bench://{n}",
+        content=text,
+        timeout=3_600,
+    )
+    return (time.perf_counter() - started) * 1000
+
+
+def longest_encode_ms(passages: list[str]) -> float:
+    """One encode of ``passages`` (as many as one encode merges) with the embedding group's
+    encoder, OpenVINO, warmed up, on this machine: the longest another organization's batch
+    can wait behind a flood's encode once its own turn comes. Run with the consumers stopped."""
     from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
     from contextcore.knowledge.settings import KnowledgeSettings
-    from producers.knowledge import KnowledgeClient
+
+    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
+    encoder = SentenceTransformerEncoder(
+        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
+    )
+    encoder.encode(passages)  # warm
+    started = time.perf_counter()
+    encoder.encode(passages)
+    return (time.perf_counter() - started) * 1000
+
+
+def against_bound(alone: Latencies, beside: Latencies, longest: float) -> str:
+    """B's uploads beside the flood against issue 33's bound for them: twice B alone (its
+    median) plus the longest single encode of the flood."""
+    bound = 2 * alone.quantile(0.5) + longest
+    return (
+        f"  the longest single encode of the flood ({ENCODE_MERGES} passages, OpenVINO): "
+        f"{longest:,.0f} ms\n"
+        f"  B beside, worst: {max(beside.values):,.0f} ms against the bound 2 x alone + one "
+        f"encode = {bound:,.0f} ms (ratio to B alone, median: "
+        f"{beside.quantile(0.5) / alone.quantile(0.5):.1f})"
+    )
+
+
+async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
+    from bench.ingest import passages
 
     a, b = uuid.uuid4(), uuid.uuid4()
     await admin.executemany(
@@ -317,34 +441,14 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
     embed = start_consumer("embed", env)
     # each organization its own service and client, as tenants are: B's requests and replies
     # never queue behind A's in one producer or one reply topic
-    clients = {
-        organization: KnowledgeClient(
-            bootstrap_servers=args.bootstrap,
-            upload_topic=topics.upload,
-            reply_topic_prefix=topics.reply_prefix,
-            fetch_max_wait_ms=20,
-            max_in_flight=1_000,
-        )
-        for organization in (a, b)
-    }
+    clients = {organization: knowledge_client(args.bootstrap, topics) for organization in (a, b)}
     for client in clients.values():
         await client.start()
         await ensure_topics(args.bootstrap, [TopicSpec(client.reply_topic, 1)])
     uploaded = iter(range(10**9))
 
     async def upload_one(organization: uuid.UUID, text: str) -> float:
-        n = next(uploaded)
-        started = time.perf_counter()
-        status = await clients[organization].upload(
-            organization_id=organization,
-            title=f"doc {n}",
-            media_type="text/plain",
-            uri=f"bench://{n}",
-            content=text,
-            timeout=3_600,
-        )
-        assert status.status == "ready", status
-        return (time.perf_counter() - started) * 1000
+        return await upload_text(clients[organization], organization, text, next(uploaded))
 
     async def a_floods(label: str) -> tuple[float, list[float]]:
         """A's documents per second, and B's three uploads' milliseconds (none: A alone)."""
@@ -371,25 +475,12 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         for process in (upload, embed):
             process.send_signal(signal.SIGTERM)
             process.wait(60)
-    settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
-    encoder = SentenceTransformerEncoder(
-        DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
-    )
-    encoder.encode(flood[:64])  # warm
-    started = time.perf_counter()
-    encoder.encode(flood[:64])  # as many passages as one encode merges (CoalescingEncoder)
-    longest = (time.perf_counter() - started) * 1000
+    longest = longest_encode_ms(flood[:ENCODE_MERGES])
     alone = Latencies("B's upload to ready alone", b_alone)
     beside = Latencies("B's upload to ready beside A's flood", b_beside)
     print("  " + alone.line())
     print("  " + beside.line())
-    print(f"  the longest single encode of the flood (64 passages, OpenVINO): {longest:,.0f} ms")
-    bound = 2 * alone.quantile(0.5) + longest
-    print(
-        f"  B beside, worst: {max(b_beside):,.0f} ms against the bound 2 x alone + one encode = "
-        f"{bound:,.0f} ms (ratio to B alone, median: "
-        f"{beside.quantile(0.5) / alone.quantile(0.5):.1f})"
-    )
+    print(against_bound(alone, beside, longest))
     print(
         f"  A's {args.documents:,} documents: {a_alone:.1f}/s alone, {a_beside:.1f}/s beside B "
         f"({a_beside / a_alone:.2f} of alone; target >= 0.9)"
@@ -400,18 +491,677 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
     )
 
 
+# ------------------------------------------------------------ shared by the three scenarios below
+
+
+@contextlib.asynccontextmanager
+async def fresh_topics(
+    bootstrap: str, *kinds: Callable[[TopicSettings], list[TopicSpec]]
+) -> AsyncIterator[tuple[str, TopicSettings]]:
+    """New topics of ``kinds`` (``build_topics``, ``upload_topics``) and their tag, deleted at
+    the end (Tansu's memory storage slows down as a partition's log grows: bench/e2e.py)."""
+    tag = uuid.uuid4().hex[:8]
+    topics = TopicSettings.model_construct(
+        build_request=f"bench.{tag}.build-request",
+        upload=f"bench.{tag}.upload",
+        upload_partitions=2,
+        embed=f"bench.{tag}.embed",
+        embed_partitions=2,
+        reply_prefix=f"bench.{tag}.reply",
+    )
+    specs = [spec for kind in kinds for spec in kind(topics)]
+    await ensure_topics(bootstrap, specs)
+    try:
+        yield tag, topics
+    finally:
+        await delete_topics(bootstrap, [spec.name for spec in specs])
+
+
+def service_env(
+    args: Namespace, url: str, tag: str, topics: TopicSettings, **settings: str
+) -> dict[str, str]:
+    """The consumers' environment: none of this shell's ``CONTEXTCORE_`` variables; the bench's
+    broker, database (the runtime login), topics and encoder files; a group of its own per
+    consumer and no metrics endpoint; then ``settings``, named without ``CONTEXTCORE_``. Every
+    other setting is its default: the upload and embedding consumers' nice value is 10."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
+    env |= {
+        "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": args.bootstrap,
+        "CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS": str(TANSU_FETCH_MAX_WAIT_MS),
+        "CONTEXTCORE_DATABASE_URL": url,
+        "CONTEXTCORE_TOPIC_BUILD_REQUEST": topics.build_request,
+        "CONTEXTCORE_TOPIC_UPLOAD": topics.upload,
+        "CONTEXTCORE_TOPIC_EMBED": topics.embed,
+        "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
+        "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
+    }
+    for consumer in ("BUILD", "UPLOAD", "EMBED"):
+        env[f"CONTEXTCORE_{consumer}_GROUP_ID"] = f"bench-{tag}-{consumer.lower()}"
+        env[f"CONTEXTCORE_{consumer}_METRICS_PORT"] = "0"
+    return env | {f"CONTEXTCORE_{name}": value for name, value in settings.items()}
+
+
+@contextlib.contextmanager
+def running(env: dict[str, str], *consumers: str) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    """``contextcore serve`` of each of ``consumers`` in its own process, in that order, each
+    ready; stopped at the end (SIGTERM: each drains what it holds)."""
+    started: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        for consumer in consumers:
+            started[consumer] = start_consumer(consumer, env)
+        yield started
+    finally:
+        for process in started.values():
+            process.send_signal(signal.SIGTERM)
+        for process in started.values():
+            process.wait(60)
+
+
+def rss_line(started: dict[str, subprocess.Popen[bytes]]) -> str:
+    """Each consumer's peak RSS (VmHWM): read while it runs."""
+    peaks = (f"{name} consumer {peak_rss_mb(p.pid):,.0f} MB" for name, p in started.items())
+    return "  peak RSS: " + ", ".join(peaks)
+
+
+def build_client(bootstrap: str, request_topic: str, reply_prefix: str) -> ContextClient:
+    """An organization's own client of the build topic (each tenant has its own: its requests
+    and replies never queue behind another's in one producer or one reply topic)."""
+    return ContextClient(
+        request_topic=request_topic,
+        bootstrap_servers=bootstrap,
+        reply_topic_prefix=reply_prefix,
+        fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+    )
+
+
+def turns(org: Org, seed: int) -> Callable[[int], ContextRequest]:
+    """The demo's turn of ``org``: a company and a deal of its own, at random."""
+    rng = random.Random(seed)
+    return lambda i: request_for(org, rng, typical=True)
+
+
+@dataclass
+class Tally:
+    """What one organization's build requests got: each ``ok`` reply's (start, milliseconds),
+    and in how many of its briefs each source had items, or failed (an optional source that
+    timed out: a brief that came in time, but poorer); each ``throttled`` reply's milliseconds
+    and ``retry_after_ms`` (``None``: the reply lacked it); the other replies by error code; the
+    requests no reply answered within the timeout; when the first request was sent and the last
+    reply came (``perf_counter``)."""
+
+    sent: int = 0
+    ok: list[tuple[float, float]] = field(default_factory=list)
+    throttled: list[tuple[float, int | None]] = field(default_factory=list)
+    had: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    other: Counter[str] = field(default_factory=Counter)
+    unanswered: int = 0
+    first: float = math.inf
+    last: float = -math.inf
+
+    def latencies(self, label: str) -> Latencies:
+        return Latencies(label, [ms for _, ms in self.ok])
+
+    def answered_s(self) -> float:
+        """Seconds from the first request to the last reply."""
+        return self.last - self.first
+
+    def answers(self) -> str:
+        failed = ", ".join(f"{source} {n:,}" for source, n in sorted(self.failed.items()))
+        parts = [
+            f"{len(self.ok):,} ok" + (f" (failed sources: {failed})" if failed else ""),
+            f"{len(self.throttled):,} throttled{self._waits()}",
+        ]
+        parts += [f"{count:,} {code}" for code, count in sorted(self.other.items())]
+        return f"{self.sent:,} sent: " + ", ".join([*parts, f"{self.unanswered:,} unanswered"])
+
+    def _waits(self) -> str:
+        """The throttled replies: how long each took to come, their ``retry_after_ms`` (its
+        range) and how many lacked it."""
+        if not self.throttled:
+            return ""
+        took = Latencies("", [ms for ms, _ in self.throttled])
+        waits = sorted(wait for _, wait in self.throttled if wait is not None)
+        known = f"retry_after_ms {waits[0]:,} to {waits[-1]:,}, " if waits else ""
+        return (
+            f" (in p50 {took.quantile(0.5):,.0f} ms, p99 {took.quantile(0.99):,.0f} ms; "
+            f"{known}{len(self.throttled) - len(waits):,} without retry_after_ms)"
+        )
+
+
+def builder(
+    client: ContextClient,
+    turn: Callable[[int], ContextRequest],
+    policy: ContextPolicy,
+    tally: Tally,
+    timeout: float,
+) -> Callable[[int], Awaitable[None]]:
+    """``paced``'s call: one build request of ``turn(i)`` under ``policy``, its answer counted
+    in ``tally``."""
+
+    async def build(i: int) -> None:
+        request = turn(i)
+        tally.sent += 1
+        started = time.perf_counter()
+        tally.first = min(tally.first, started)
+        try:
+            reply = await client.request(request, policy, timeout=timeout)
+        except ReplyTimeout:
+            tally.unanswered += 1
+            return
+        tally.last = max(tally.last, time.perf_counter())
+        ms = (time.perf_counter() - started) * 1000
+        if reply.brief is not None:
+            tally.ok.append((started, ms))
+            tally.had.update(s for s, tokens in reply.brief.per_source_tokens.items() if tokens)
+            tally.failed.update(reply.brief.failed_sources)
+        elif reply.error is not None and reply.error.code == "throttled":
+            tally.throttled.append((ms, reply.error.retry_after_ms))
+        else:
+            tally.other[reply.error.code if reply.error is not None else reply.status] += 1
+
+    return build
+
+
+# ----------------------------------------------------------------------------------- builds
+
+B_BUILDS = 10.0
+"""B's build requests a second in ``builds``."""
+OUTSTANDING = 32
+"""Requests always waiting while one process's capacity is measured: twice the build consumer's
+builds at once (``max_in_flight``, 16), so that it never idles."""
+FLOOD = 3.0
+"""A's flood, in times what one process sustains."""
+QUOTA_SHARE = 0.5
+"""A's quota ``build_rate``, in parts of what one process sustains: B's 10/s fits beside it."""
+REPLY_TIMEOUT_S = 60.0
+"""How long a build request waits for its reply before it counts as unanswered."""
+THROTTLED = re.compile(r'^contextcore_build_throttled_total\{organization="([^"]*)"\} (\S+)$', re.M)
+
+
+async def closed_loop(call: Callable[[int], Awaitable[None]], seconds: float) -> float:
+    """``OUTSTANDING`` callers, each calling again as soon as its call returns, until
+    ``seconds`` have passed; the seconds until the last call returned."""
+    over = deadline(seconds)
+    began = time.perf_counter()
+
+    async def caller() -> None:
+        while not over():
+            await call(0)
+
+    await asyncio.gather(*(caller() for _ in range(OUTSTANDING)))
+    return time.perf_counter() - began
+
+
+async def sustained(args: Namespace, url: str, org: Org) -> tuple[float, Tally]:
+    """Builds a second one build consumer process answers ``ok``, with ``OUTSTANDING`` of
+    ``org``'s typical builds always waiting (no quota), after a warm-up; and their answers."""
+    tally = Tally()
+    async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
+        env = service_env(args, url, tag, topics, BUILD_PRELOAD_ENCODER="false")
+        with running(env, "build"):
+            async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as c:
+                turn = turns(org, 1)
+                warm = builder(c, turn, TYPICAL_POLICY, Tally(), REPLY_TIMEOUT_S)
+                await paced(20, deadline(3), warm)  # the group settles, the caches fill
+                call = builder(c, turn, TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
+                elapsed = await closed_loop(call, args.capacity_seconds)
+    return len(tally.ok) / elapsed, tally
+
+
+async def set_build_quota(owner_url: str, organization: uuid.UUID, rate: float) -> int:
+    """The organization's ``build_rate``, and a ``build_burst`` of one second's worth (returned),
+    as the operator sets them: as the schema owner."""
+    burst = max(1, round(rate))
+    owner = await asyncpg.connect(owner_url)
+    try:
+        await set_quotas(owner, organization, build_rate=rate, build_burst=burst)
+    finally:
+        await owner.close()
+    return burst
+
+
+@dataclass(frozen=True)
+class Flood:
+    """A's flood of typical builds, sent by a process of its own (a tenant's service is its
+    own): ``rate`` requests a second for ``seconds`` from the parent's word."""
+
+    bootstrap: str
+    request_topic: str
+    reply_prefix: str
+    org: Org
+    rate: float
+    seconds: float
+
+
+def flood_main(flood: Flood, channel: Connection) -> None:
+    """The flood process: sends ``ready`` once its client is, floods at the parent's word, and
+    sends back its ``Tally`` once every request is answered or timed out, with the CPU seconds
+    it used from the word on."""
+    channel.send(asyncio.run(send_flood(flood, channel)))
+
+
+async def send_flood(flood: Flood, channel: Connection) -> tuple[Tally, float]:
+    tally = Tally()
+    async with build_client(flood.bootstrap, flood.request_topic, flood.reply_prefix) as client:
+        call = builder(client, turns(flood.org, 2), TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
+        channel.send("ready")
+        await asyncio.to_thread(channel.recv)
+        cpu = time.process_time()
+        await paced(flood.rate, deadline(flood.seconds), call)
+    return tally, time.process_time() - cpu
+
+
+@contextlib.contextmanager
+def flood_process(flood: Flood) -> Iterator[Connection]:
+    """``flood_main`` in a new interpreter (spawned: none of this one's loop or connections),
+    and this end of its pipe; waited for at the end (closing the pipe ends a flood that is
+    still waiting for the word)."""
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    process = context.Process(target=flood_main, args=(flood, theirs))
+    process.start()
+    theirs.close()  # the child's now: its death reads as EOFError here
+    try:
+        yield ours
+    finally:
+        ours.close()
+        process.join(REPLY_TIMEOUT_S + 30)
+        if process.is_alive():
+            process.terminate()
+            process.join()
+
+
+@dataclass(frozen=True)
+class Load:
+    """CPU seconds the build consumer and the flood process used from the flood's start until
+    its last reply (``wall_s``): on two cores, what the flood's sender took from the consumer,
+    and whether the consumer had a core's worth (its event loop is one thread)."""
+
+    consumer_cpu_s: float
+    flood_cpu_s: float
+    wall_s: float
+
+    def line(self) -> str:
+        return (
+            f"  CPU while A flooded ({self.wall_s:,.1f} s): build consumer "
+            f"{self.consumer_cpu_s:,.1f} s ({self.consumer_cpu_s / self.wall_s:.2f} of a core), "
+            f"A's flood process {self.flood_cpu_s:,.1f} s"
+        )
+
+
+async def beside_flood(
+    flood: Flood, call: Callable[[int], Awaitable[None]], consumer: int
+) -> tuple[Tally, Load]:
+    """B's ``call``, ``B_BUILDS`` a second, while A's flood runs, both from the same moment and
+    for as long; A's ``Tally``, and the CPU the ``consumer`` process and the flood used."""
+    with flood_process(flood) as channel:
+        if await asyncio.to_thread(channel.recv) != "ready":
+            raise RuntimeError("the flood process did not start")
+        began, cpu = time.perf_counter(), tree_cpu_seconds(consumer)
+        channel.send("go")
+        await paced(B_BUILDS, deadline(flood.seconds), call)
+        a, flood_cpu = await asyncio.to_thread(channel.recv)
+    used = tree_cpu_seconds(consumer) - cpu
+    return a, Load(used, flood_cpu, time.perf_counter() - began)
+
+
+async def b_beside_a(
+    args: Namespace, topics: TopicSettings, b: Org, flood: Flood, consumer: int
+) -> tuple[Tally, Tally, Tally, Load]:
+    """B's builds alone, then beside A's flood; A's, and the CPU used meanwhile (B's warm up
+    first: the group, the caches, B's quotas read)."""
+    alone, beside = Tally(), Tally()
+    async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as client:
+        turn = turns(b, 3)
+
+        def call(tally: Tally) -> Callable[[int], Awaitable[None]]:
+            return builder(client, turn, TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
+
+        await paced(B_BUILDS, deadline(3), call(Tally()))
+        await paced(B_BUILDS, deadline(args.seconds), call(alone))
+        a, load = await beside_flood(flood, call(beside), consumer)
+    return alone, beside, a, load
+
+
+async def builds(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
+    a, b = Org(), Org()
+    await seed(admin, [a, b])
+    capacity, closed = await sustained(args, url, a)
+    print(
+        f"  one build consumer process sustains {capacity:,.1f} builds/s (A's typical builds, "
+        f"{OUTSTANDING} always waiting, {args.capacity_seconds:g} s; {closed.answers()}; "
+        f"p50 {closed.latencies('').quantile(0.5):,.0f} ms)"
+    )
+    rate = max(1.0, round(capacity * QUOTA_SHARE))
+    burst = await set_build_quota(owner_url, a.id, rate)
+    async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
+        port = free_port()
+        env = service_env(
+            args, url, tag, topics, BUILD_PRELOAD_ENCODER="false", BUILD_METRICS_PORT=str(port)
+        )
+        with running(env, "build") as started:
+            flood = Flood(
+                args.bootstrap,
+                topics.build_request,
+                topics.reply_prefix,
+                a,
+                FLOOD * capacity,
+                args.seconds,
+            )
+            pid = started["build"].pid
+            alone, beside, a_tally, load = await b_beside_a(args, topics, b, flood, pid)
+            consumer = Consumer(started["build"], port)
+            scraped = await asyncio.to_thread(consumer.metrics)
+            rss = rss_line(started)
+    b_alone = alone.latencies(f"B's builds alone ({B_BUILDS:g}/s)")
+    b_beside = beside.latencies("B's builds beside A's flood")
+    print("  " + b_alone.line())
+    print("  " + b_beside.line())
+    print(p99_ratio(b_alone, b_beside))
+    print(f"  B's requests: alone {alone.answers()}; beside {beside.answers()}")
+    print(
+        f"  A's flood, {flood.rate:,.0f}/s for {flood.seconds:g} s, quota build_rate {rate:g}/s "
+        f"(burst {burst}): {a_tally.answers()}"
+    )
+    print(
+        f"  A admitted: {len(a_tally.ok) / a_tally.answered_s():,.1f}/s over the "
+        f"{a_tally.answered_s():,.1f} s from its first request to its last reply"
+    )
+    names = {str(a.id): "A", str(b.id): "B"}
+    counted = [f"{names.get(o, o)} {float(n):,.0f}" for o, n in THROTTLED.findall(scraped)]
+    print(f"  contextcore_build_throttled_total: {', '.join(counted) or 'no series'}")
+    print(load.line())
+    print(rss)
+
+
+# ------------------------------------------------------------------------------ interactive
+
+B_INTERACTIVE = 20.0
+"""B's build requests a second in ``interactive``."""
+B_DOCUMENTS = 20
+"""B's own documents, which its builds with the knowledge source search."""
+KNOWLEDGE_POLICY = ContextPolicy(
+    total_token_budget=1_700,
+    sources=[*TYPICAL_POLICY.sources, *(s for s in FULL_POLICY.sources if s.name == "knowledge")],
+)
+"""The demo's turn and the organization's documents (bench/seeded.py's FULL_POLICY without
+memory)."""
+
+
+def questioned(org: Org, questions: list[str]) -> Callable[[int], ContextRequest]:
+    """The demo's turn of ``org`` asking a question never asked before (a held-out question,
+    numbered), so that every build encodes its query."""
+    turn, asked = turns(org, 4), iter(range(10**9))
+
+    def ask(i: int) -> ContextRequest:
+        n = next(asked)
+        return turn(i).model_copy(update={"query": f"{questions[n % len(questions)]} ({n})"})
+
+    return ask
+
+
+@dataclass
+class Ingest:
+    """A's documents, uploaded all at once, and when each became ``ready``."""
+
+    client: KnowledgeClient
+    organization: uuid.UUID
+    texts: list[str]
+    ready: list[tuple[float, float]] = field(default_factory=list)
+    """(perf_counter when ready, milliseconds from its upload), each document."""
+    first: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def run(self) -> float:
+        """Every document uploaded at once; the seconds until the last was ready."""
+        started = time.perf_counter()
+        await asyncio.gather(*(self._one(n, text) for n, text in enumerate(self.texts)))
+        return time.perf_counter() - started
+
+    async def _one(self, n: int, text: str) -> None:
+        ms = await upload_text(self.client, self.organization, text, n)
+        self.ready.append((time.perf_counter(), ms))
+        self.first.set()
+
+    def rate(self, start: float, end: float) -> str:
+        """Documents a second that became ready between ``start`` and ``end``."""
+        line = f"{len(between(self.ready, start, end)) / (end - start):,.1f} documents/s"
+        if len(self.ready) == len(self.texts) and self.ready[-1][0] < end:
+            line += " (the ingest ended before the phase: raise --ingest-documents)"
+        return line
+
+
+@dataclass
+class Phases:
+    """B's builds of one policy: alone, beside A's ingest, and when those beside began and
+    ended."""
+
+    alone: Tally = field(default_factory=Tally)
+    beside: Tally = field(default_factory=Tally)
+    window: tuple[float, float] = (0.0, 0.0)
+
+
+async def interactive_phases(
+    args: Namespace,
+    builds: ContextClient,
+    ingest: Ingest,
+    turns_by: dict[str, Callable[[int], ContextRequest]],
+) -> tuple[dict[str, Phases], float]:
+    """B's builds of each policy alone, then A's ingest and, once its first document is ready,
+    B's builds of each policy beside it; and the ingest's seconds."""
+    policies = {"typical": TYPICAL_POLICY, "with knowledge": KNOWLEDGE_POLICY}
+    phases = {name: Phases() for name in policies}
+
+    def call(name: str, tally: Tally) -> Callable[[int], Awaitable[None]]:
+        return builder(builds, turns_by[name], policies[name], tally, REPLY_TIMEOUT_S)
+
+    for name in policies:  # warm-up: the group, the caches, the query encoder
+        await paced(B_INTERACTIVE, deadline(3), call(name, Tally()))
+    for name, phase in phases.items():
+        await paced(B_INTERACTIVE, deadline(args.seconds), call(name, phase.alone))
+    ingesting = asyncio.create_task(ingest.run())
+    await ingest.first.wait()
+    for name, phase in phases.items():
+        start = time.perf_counter()
+        await paced(B_INTERACTIVE, deadline(args.seconds), call(name, phase.beside))
+        phase.window = (start, time.perf_counter())
+    return phases, await ingesting
+
+
+async def interactive(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
+    from bench.corpora import held_out
+
+    a, b = uuid.uuid4(), Org()
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", a)
+    await seed(admin, [b])
+    corpus = await asyncio.to_thread(held_out)  # A's documents: the held-out passages
+    texts = [d.text for d in corpus.documents][: B_DOCUMENTS + args.ingest_documents]
+    turns_by = {
+        "typical": turns(b, 4),
+        "with knowledge": questioned(b, [q.text for q in corpus.questions]),
+    }
+    async with fresh_topics(args.bootstrap, build_topics, upload_topics) as (tag, topics):
+        with running(service_env(args, url, tag, topics), "build", "upload", "embed") as started:
+            print("  nice: " + ", ".join(f"{n} consumer {nice(p.pid)}" for n, p in started.items()))
+            async with (
+                build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as builds,
+                knowledge_client(args.bootstrap, topics) as a_docs,
+                knowledge_client(args.bootstrap, topics) as b_docs,
+            ):
+                for n, text in enumerate(texts[:B_DOCUMENTS]):
+                    await upload_text(b_docs, b.id, text, n)
+                ingest = Ingest(a_docs, a, texts[B_DOCUMENTS:])
+                phases, seconds = await interactive_phases(args, builds, ingest, turns_by)
+            rss = rss_line(started)
+    for name, phase in phases.items():
+        alone = phase.alone.latencies(f"B's builds alone, {name} ({B_INTERACTIVE:g}/s)")
+        beside = phase.beside.latencies(f"B's builds beside A's ingest, {name}")
+        print("  " + alone.line())
+        print("  " + beside.line())
+        print(p99_ratio(alone, beside))
+        print(f"  B's requests: alone {phase.alone.answers()}; beside {phase.beside.answers()}")
+        if name == "with knowledge":
+            print(
+                f"  briefs with knowledge items: alone {phase.alone.had['knowledge']:,}, "
+                f"beside {phase.beside.had['knowledge']:,}"
+            )
+        print(f"  A's ingest during B's builds {name}: {ingest.rate(*phase.window)}")
+    print(
+        f"  A's ingest: {len(ingest.texts):,} documents in {seconds:,.1f} s "
+        f"({len(ingest.texts) / seconds:,.1f}/s overall)"
+    )
+    print(rss)
+
+
+# ------------------------------------------------------------------------------------- huge
+
+HUGE_DELAY_S = 10.0
+"""Seconds from A's upload of its huge document to B's first upload beside it."""
+
+
+def write_sections(path: Path, sections: int) -> None:
+    """A Markdown document of ``sections`` short sections: ``# Section i``, one short line."""
+    path.write_text("".join(f"# Section {i}\n\nshort text {i}\n\n" for i in range(sections)))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What became of an upload: its final status, the reason, the seconds to them."""
+
+    status: str
+    reason: str | None
+    seconds: float
+
+
+async def upload_document(
+    client: KnowledgeClient, organization: uuid.UUID, path: Path, stage: FileStage
+) -> Outcome:
+    """The file at ``path`` uploaded by reference through ``stage``; its final status."""
+    started = time.perf_counter()
+    try:
+        status: UploadStatusV1 = await client.upload_file(
+            path, organization_id=organization, stage=stage, timeout=3_600
+        )
+    except UploadFailed as failed:
+        status = failed.status
+    return Outcome(status.status, status.reason, time.perf_counter() - started)
+
+
+async def b_beside_huge(
+    args: Namespace, topics: TopicSettings, a: uuid.UUID, b: uuid.UUID, document: Path
+) -> tuple[Latencies, Latencies, Outcome]:
+    """B's one-chunk uploads alone, then beside A's huge document, from ``HUGE_DELAY_S`` after
+    it was uploaded; and what became of A's."""
+    numbers = iter(range(10**9))
+    async with (
+        knowledge_client(args.bootstrap, topics) as a_client,
+        knowledge_client(args.bootstrap, topics) as b_client,
+    ):
+
+        async def b_upload() -> float:
+            n = next(numbers)
+            text = f"B's note {n}: the quarterly review moves to Thursday, bring the figures."
+            return await upload_text(b_client, b, text, n)
+
+        for _ in range(3):  # warm-up: the encoder loads, the groups settle
+            await b_upload()
+        alone = [await b_upload() for _ in range(6)]
+        stage = FileStage(document.parent)
+        huge_upload = asyncio.create_task(upload_document(a_client, a, document, stage))
+        await asyncio.sleep(HUGE_DELAY_S)
+        beside = [await b_upload() for _ in range(3)]
+        outcome = await huge_upload
+    return (
+        Latencies("B's upload to ready alone", alone),
+        Latencies("B's upload to ready beside A's huge document", beside),
+        outcome,
+    )
+
+
+async def huge(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
+    a, b = uuid.uuid4(), uuid.uuid4()
+    await admin.executemany(
+        "INSERT INTO organizations (id, name) VALUES ($1, $2)", [(a, "A"), (b, "B")]
+    )
+    with tempfile.TemporaryDirectory() as root:  # the upload consumer's file root
+        document = Path(root) / "huge.md"
+        await asyncio.to_thread(write_sections, document, args.sections)
+        megabytes = document.stat().st_size / 1e6
+        async with fresh_topics(args.bootstrap, upload_topics) as (tag, topics):
+            # the pipeline alone, as in ``ingestion``: nice 0
+            env = service_env(
+                args, url, tag, topics, UPLOAD_FILE_ROOT=root, UPLOAD_NICE="0", EMBED_NICE="0"
+            )
+            with running(env, "upload", "embed") as started:
+                alone, beside, outcome = await b_beside_huge(args, topics, a, b, document)
+                rss = rss_line(started)
+    stored = await admin.fetchval(
+        "SELECT count(*) FROM knowledge_chunks WHERE organization_id = $1", a
+    )
+    source = await admin.fetchrow(
+        "SELECT status, status_reason FROM knowledge_sources WHERE organization_id = $1", a
+    )
+    longest = longest_encode_ms([f"Section {i}\nshort text {i}" for i in range(ENCODE_MERGES)])
+    print(
+        f"  A's document, {args.sections:,} sections, {megabytes:,.1f} MB: {outcome.status} "
+        f"{outcome.seconds:,.1f} s after its upload (B's uploads began at {HUGE_DELAY_S:g} s): "
+        f"{outcome.reason}"
+    )
+    kept = "no source row" if source is None else f"{source['status']}: {source['status_reason']}"
+    print(f"  its source as stored: {kept}; A's chunks stored: {stored:,} (0 expected)")
+    print("  " + alone.line())
+    print("  " + beside.line())
+    print(against_bound(alone, beside, longest))
+    print(rss)
+
+
 Namespace = argparse.Namespace
-SCENARIOS = {"erasure": erasure, "ingestion": ingestion}
+SCENARIOS = {
+    "erasure": erasure,
+    "ingestion": ingestion,
+    "builds": builds,
+    "interactive": interactive,
+    "huge": huge,
+}
+QUICK = {
+    "seconds": 3.0,
+    "revisions": 1_000,
+    "documents": 300,
+    "capacity_seconds": 3.0,
+    "ingest_documents": 300,
+    "sections": 20_000,
+}
+"""``--quick``: the sizes of a smoke run (20,000 sections still pass the chunk limit)."""
+
+
+def arguments() -> Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.fairness",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--only", choices=list(SCENARIOS), action="append")
+    parser.add_argument("--quick", action="store_true", help=f"smaller sizes: {QUICK}")
+    parser.add_argument("--revisions", type=int, default=10_000, help="A's erased revisions")
+    parser.add_argument("--rate", type=float, default=50, help="B's memory writes per second")
+    parser.add_argument("--seconds", type=float, default=8, help="each of B's phases")
+    parser.add_argument("--documents", type=int, default=5_000, help="A's flood of uploads")
+    parser.add_argument(
+        "--capacity-seconds", type=float, default=5, help="builds: one process's capacity, measured"
+    )
+    parser.add_argument(
+        "--ingest-documents", type=int, default=2_000, help="interactive: A's ingest"
+    )
+    parser.add_argument("--sections", type=int, default=100_000, help="huge: A's document")
+    args = parser.parse_args()
+    if args.quick:  # the quick sizes, unless given
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args()
+    return args
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__)
-    parser.add_argument("--only", choices=sorted(SCENARIOS), action="append")
-    parser.add_argument("--revisions", type=int, default=10_000, help="A's erased revisions")
-    parser.add_argument("--rate", type=float, default=50, help="B's memory writes per second")
-    parser.add_argument("--seconds", type=float, default=8, help="B's phase alone")
-    parser.add_argument("--documents", type=int, default=5_000, help="A's flood of uploads")
-    args = parser.parse_args()
+    args = arguments()
     name = "bench_fairness"
     seeded = await prepare(name, 0)
     args.bootstrap = seeded.stack.bootstrap_servers

@@ -58,6 +58,12 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan") if peak is None else peak
 
 
+def nice(pid: int) -> int | None:
+    """The process's nice value (``/proc/<pid>/stat``, field 19); ``None`` once it is gone."""
+    fields = _stat(pid)
+    return None if fields is None else int(fields[16])
+
+
 def _stat(pid: int) -> list[str] | None:
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
