@@ -83,7 +83,13 @@ import asyncpg
 from admin.quotas import set_quotas
 from bench.corpora import CACHE
 from bench.e2e import Consumer, free_port
-from bench.processes import nice, peak_rss_mb, start_consumer, tree_cpu_seconds
+from bench.processes import (
+    machine_busy_seconds,
+    nice,
+    peak_rss_mb,
+    start_consumer,
+    tree_cpu_seconds,
+)
 from bench.seeded import FULL_POLICY, TYPICAL_POLICY, Org, drop, prepare, request_for, seed
 from broker.settings import TopicSettings
 from broker.topics import (
@@ -672,8 +678,10 @@ OUTSTANDING = 32
 builds at once (``max_in_flight``, 16), so that it never idles."""
 FLOOD = 3.0
 """A's flood, in times what one process sustains."""
-QUOTA_SHARE = 0.5
-"""A's quota ``build_rate``, in parts of what one process sustains: B's 10/s fits beside it."""
+QUOTA_SHARE = 0.25
+"""A's quota ``build_rate``, in parts of what one process sustains: B's 10/s and the cost of
+answering the rest of A's flood ``throttled`` fit beside it (at 0.5, measured: B's p99 946 ms,
+the consumer's share of two cores that the flood's sender and the broker also use)."""
 REPLY_TIMEOUT_S = 60.0
 """How long a build request waits for its reply before it counts as unanswered."""
 THROTTLED = re.compile(r'^contextcore_build_throttled_total\{organization="([^"]*)"\} (\S+)$', re.M)
@@ -781,13 +789,32 @@ class Load:
     consumer_cpu_s: float
     flood_cpu_s: float
     wall_s: float
+    broker_cpu_s: float
+    machine_busy: float
+    """The share of the machine's cores busy meanwhile (1.0: every core, all the time)."""
 
     def line(self) -> str:
         return (
             f"  CPU while A flooded ({self.wall_s:,.1f} s): build consumer "
             f"{self.consumer_cpu_s:,.1f} s ({self.consumer_cpu_s / self.wall_s:.2f} of a core), "
-            f"A's flood process {self.flood_cpu_s:,.1f} s"
+            f"A's flood process {self.flood_cpu_s:,.1f} s, the broker {self.broker_cpu_s:,.1f} s;"
+            f" the machine {self.machine_busy:.0%} busy"
         )
+
+
+def broker_pids() -> list[int]:
+    """The dev stack's broker processes (Tansu), for their CPU; none against another broker."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if b"tansu" in (entry / "cmdline").read_bytes().split(b"\0")[0]:
+                    found.append(int(entry.name))
+    return found
+
+
+def cpu_of(pids: list[int]) -> float:
+    return sum(tree_cpu_seconds(pid) for pid in pids)
 
 
 async def beside_flood(
@@ -798,12 +825,17 @@ async def beside_flood(
     with flood_process(flood) as channel:
         if await asyncio.to_thread(channel.recv) != "ready":
             raise RuntimeError("the flood process did not start")
-        began, cpu = time.perf_counter(), tree_cpu_seconds(consumer)
+        brokers = broker_pids()
+        began, cpu, broker = time.perf_counter(), tree_cpu_seconds(consumer), cpu_of(brokers)
+        busy, whole = machine_busy_seconds()
         channel.send("go")
         await paced(B_BUILDS, deadline(flood.seconds), call)
         a, flood_cpu = await asyncio.to_thread(channel.recv)
     used = tree_cpu_seconds(consumer) - cpu
-    return a, Load(used, flood_cpu, time.perf_counter() - began)
+    busy_after, whole_after = machine_busy_seconds()
+    machine = (busy_after - busy) / max(1e-9, whole_after - whole)
+    wall = time.perf_counter() - began
+    return a, Load(used, flood_cpu, wall, cpu_of(brokers) - broker, machine)
 
 
 async def b_beside_a(
@@ -833,7 +865,7 @@ async def builds(url: str, owner_url: str, admin: asyncpg.Connection, args: Name
         f"{OUTSTANDING} always waiting, {args.capacity_seconds:g} s; {closed.answers()}; "
         f"p50 {closed.latencies('').quantile(0.5):,.0f} ms)"
     )
-    rate = max(1.0, round(capacity * QUOTA_SHARE))
+    rate = max(1.0, round(capacity * args.quota_share))
     burst = await set_build_quota(owner_url, a.id, rate)
     async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
         port = free_port()
@@ -1153,6 +1185,12 @@ def arguments() -> Namespace:
         "--ingest-documents", type=int, default=2_000, help="interactive: A's ingest"
     )
     parser.add_argument("--sections", type=int, default=100_000, help="huge: A's document")
+    parser.add_argument(
+        "--quota-share",
+        type=float,
+        default=QUOTA_SHARE,
+        help=f"builds: A's quota build_rate, a share of the capacity measured ({QUOTA_SHARE:g})",
+    )
     args = parser.parse_args()
     if args.quick:  # the quick sizes, unless given
         parser.set_defaults(**QUICK)

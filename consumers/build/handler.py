@@ -4,11 +4,15 @@
    refuses is dead-lettered (``reply_to_refused``), never answered. A record that fails gets an
    ``invalid_request`` error reply when its ``reply_to`` and ``correlation_id`` can be read;
    otherwise it is dead-lettered with the reason.
-2. Admit the organization (over its quota build_rate: ``throttled``, with how long to wait;
-   contextcore/quotas.py, contextcore/throttle.py) and the policy (``policy_rejected``);
-   answer ``reuse_previous`` for a resume the policy does not refresh; build. A required
+2. Admit the policy (``policy_rejected``); answer ``reuse_previous`` for a resume the policy
+   does not refresh; build. A required
    source failure is ``required_source_failed``; any other exception of the builder is
    ``internal_error``. Every one of these is a reply.
+
+Before all that, on the record's receipt, :meth:`BuildHandler.screen` admits the organization:
+over its quota build_rate the request is answered ``throttled``, with how long to wait
+(contextcore/quotas.py, contextcore/throttle.py), without a slot, so a flood it refuses never
+queues in front of another organization's requests.
 
 The handler does no Kafka I/O: it returns the reply and the runtime publishes it, with a small
 ``internal_error`` reply as the fallback when the brief itself cannot be sent.
@@ -19,6 +23,8 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from typing import Any
+from uuid import UUID
 
 from broker.reply_topics import ReplyTopics
 from consumers.build.metrics import BuildMetrics
@@ -31,8 +37,9 @@ from contextcore.registry import ContextSourceRegistry
 from contextcore.throttle import BoundedLabels, OrganizationRate
 from schemas import wire
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo, parse_build_request
-from schemas.envelope import printable
+from schemas.envelope import printable, reply_address
 from schemas.errors import PolicyError, RequiredContextSourceError
+from schemas.wire import WireError
 
 log = logging.getLogger("contextcore.build")
 
@@ -72,6 +79,14 @@ def _error_reply(address: tuple[str, str], info: ErrorInfo) -> Reply:
         BuildReplyV1.failed(correlation_id, info),
         fallback=_internal_error(correlation_id),
     )
+
+
+def _organization_of(data: Any) -> UUID | None:
+    """The organization a decoded request names, or ``None`` when it names none readable."""
+    try:
+        return UUID(data["request"]["subject"]["organization_id"])
+    except (TypeError, KeyError, ValueError, AttributeError):
+        return None
 
 
 class BuildHandler:
@@ -124,9 +139,6 @@ class BuildHandler:
     async def answer(self, envelope: BuildRequestV1, dropped: int) -> BuildReplyV1:
         """Admission, the resume rule, then the build; every outcome is a reply."""
         correlation_id = envelope.correlation_id
-        throttled = await self._throttle(envelope)
-        if throttled is not None:
-            return throttled
         try:
             self.registry.validate_policy(envelope.policy)  # admission at the message boundary
         except PolicyError as error:
@@ -173,13 +185,31 @@ class BuildHandler:
         self.metrics.brief(brief)
         return BuildReplyV1.ok(correlation_id, brief, dropped_entities=dropped, manifest=manifest)
 
-    async def _throttle(self, envelope: BuildRequestV1) -> BuildReplyV1 | None:
-        """The ``throttled`` reply when the organization is over its quota build_rate; ``None``
-        when it is admitted (or has no such quota). Before the policy: a flood costs no work
-        (the quotas are read once per organization per few seconds)."""
+    async def screen(self, record: Inbound) -> Reply | None:
+        """The ``throttled`` reply to a request whose organization is over its quota
+        build_rate; ``None`` to admit it, or for a record it cannot read (the handler answers
+        that one). A JSON decode, a cached quota and a token bucket: a flood costs no build."""
         if self.quotas is None:
             return None
-        organization = envelope.request.subject.organization_id
+        try:
+            data = wire.decode(record.value, lenient=(ENTITIES,))
+        except WireError:
+            return None
+        address = reply_address(data)
+        organization = _organization_of(data)
+        if address is None or organization is None:
+            return None
+        throttled = await self._throttle(organization, address[1])
+        if throttled is None:
+            return None
+        self.metrics.requests.labels(outcome=throttled.status).inc()
+        return Reply(*address, throttled, fallback=_internal_error(address[1]))
+
+    async def _throttle(self, organization: UUID, correlation_id: str) -> BuildReplyV1 | None:
+        """The ``throttled`` reply when the organization is over its quota build_rate; ``None``
+        when it is admitted (or has no such quota; the quotas are read once per organization
+        per few seconds)."""
+        assert self.quotas is not None
         quotas = await self.quotas.quotas(organization)
         rate = quotas.build_rate
         if rate is None:
@@ -191,7 +221,7 @@ class BuildHandler:
         self.metrics.throttled.labels(self._throttled_label(organization)).inc()
         wait_ms = max(1, math.ceil(wait_s * 1000))
         return BuildReplyV1.failed(
-            envelope.correlation_id,
+            correlation_id,
             ErrorInfo(
                 code="throttled",
                 message=f"the organization is over its quota build_rate ({rate:g} builds a "

@@ -39,11 +39,13 @@ the partition stuck.
 Many records are in flight at once (``max_in_flight``). Records received beyond them wait in
 lanes, one per organization (:mod:`consumers.runtime.lanes`), up to ``read_ahead`` records and
 ``read_ahead_bytes``; a free slot takes the next lane in turn, so one tenant's flood does not
-hold another tenant's record that arrived behind it. Each waiting record is tracked from its
-receipt, so no commit passes it. When the lanes are full, :meth:`Delivery.submit` waits, and
-with it the fetch loop. A revoked partition forgets its waiting records (its next owner reads
-them), drains its running ones (up to ``drain_timeout_s``; the rest are cancelled,
-uncommitted) and commits their position; shutdown does the same for all.
+hold another tenant's record that arrived behind it. A handler may screen a record on its
+receipt (:data:`Screen`): a reply it gives there is published beside the slots, so a flood the
+handler refuses (a tenant over its rate) never fills the lanes. Each waiting record is tracked
+from its receipt, so no commit passes it. When the lanes are full, :meth:`Delivery.submit`
+waits, and with it the fetch loop. A revoked partition forgets its waiting records (its next
+owner reads them), drains its running ones (up to ``drain_timeout_s``; the rest are
+cancelled, uncommitted) and commits their position; shutdown does the same for all.
 """
 
 from __future__ import annotations
@@ -133,6 +135,12 @@ class RecordHandler(Protocol):
         reply address can still be read; ``None`` when there is nobody to tell."""
 
 
+Screen = Callable[[Inbound], Awaitable[Reply | None]]
+"""A handler's optional ``screen(record)``: a cheap look at a record on its receipt, before it
+waits for a slot; a :class:`Reply` answers it there (the build consumer's ``throttled``), with
+no slot, no journal start and no handling; ``None`` lets it wait for a slot as any record."""
+
+
 @dataclass(frozen=True)
 class Health:
     live: bool
@@ -193,6 +201,8 @@ class Delivery:
         self._closing = False
         self._snapshot = _Snapshot()
         self._gate = SoloGate()
+        self._screen: Screen | None = getattr(handler, "screen", None)
+        self._screened = 0  # answered on receipt, their replies not yet published
         # the children this consumer observes per record, bound once: ``labels()`` checks and
         # converts its values on every call, a cost per record
         self._in_flight = metrics.in_flight.labels(consumer)
@@ -345,14 +355,54 @@ class Delivery:
             or not tracker.start(record.offset, self.clock())
         ):
             return
-        self._waiting.put(record)
-        self._dispatch()
+        screened = await self._screened_out(record)
+        if screened is not None:
+            self._answer_on_receipt(record, tracker, screened)
+        else:
+            self._waiting.put(record)
+            self._dispatch()
         while not self._closing and (
-            len(self._waiting) > self.settings.read_ahead
+            len(self._waiting) + self._screened > self.settings.read_ahead
             or (self._waiting.bytes > self.settings.read_ahead_bytes and len(self._waiting) > 1)
         ):
             self._room.clear()
             await self._room.wait()
+
+    async def _screened_out(self, record: Inbound) -> Reply | None:
+        """The handler's answer on receipt, if it has one for ``record``. A screen that fails
+        answers nothing: the record waits for a slot, and the handler decides."""
+        if self._screen is None or len(record.value or b"") > self.max_intake_bytes:
+            return None
+        try:
+            return await self._screen(record)
+        except Exception:
+            log.exception("%s: the screen failed on %s", self.consumer, record.position)
+            return None
+
+    def _answer_on_receipt(self, record: Inbound, tracker: PartitionTracker, reply: Reply) -> None:
+        """Publish a screened record's reply beside the slots (a revoke drains it as a running
+        record); finished, and so committed, once the broker took it. These replies count
+        against ``read_ahead`` until then, so a broker that stalls them stalls the fetch."""
+        self._screened += 1
+
+        async def answer() -> None:
+            logs.about_record(record.position)
+            try:
+                await self._settle(record, reply)
+                self._finished(record, tracker)
+            except asyncio.CancelledError:
+                return  # a drain deadline passed: not finished, so not committed
+            except Exception:  # a bug of the runtime: as in _run, the record stays in flight
+                log.exception("%s: no outcome for %s", self.consumer, record.position)
+            finally:
+                self._screened -= 1
+                self._room.set()
+
+        partition = (record.topic, record.partition)
+        task = asyncio.create_task(answer())
+        running = self._tasks.setdefault(partition, set())
+        running.add(task)
+        task.add_done_callback(running.discard)
 
     def _dispatch(self) -> None:
         """Start waiting records, lane by lane in turn, while a slot is free."""
@@ -438,12 +488,13 @@ class Delivery:
             await self._flush_commits()  # committed before the next suspect runs
             await self.journal.solo_finished(start)
 
-    async def _settle(self, record: Inbound) -> None:
-        """Handle ``record`` and publish its outcome, inside the record's span (its trace is
-        the one its ``traceparent`` names; consumers/runtime/tracing.py)."""
+    async def _settle(self, record: Inbound, screened: Reply | None = None) -> None:
+        """Handle ``record`` (or take the reply its screen gave) and publish its outcome,
+        inside the record's span (its trace is the one its ``traceparent`` names;
+        consumers/runtime/tracing.py)."""
         watch = Stopwatch()
         with tracing.consuming(record, self.settings.group_id) as span:
-            outcome = await self._handle(record, watch)
+            outcome = screened or await self._handle(record, watch)
             if isinstance(outcome, Reply):
                 outcome = await self._reply(outcome, watch)
             if isinstance(outcome, Retry):

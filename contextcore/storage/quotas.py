@@ -3,6 +3,7 @@ organization's quota lock, and :class:`DatabaseQuotas`, the build consumer's cac
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import OrderedDict
@@ -44,8 +45,9 @@ SELECT pg_advisory_xact_lock(1835363661, hashtext($1::uuid::text))
 class DatabaseQuotas:
     """The quotas as the build consumer reads them: one statement per organization, kept
     ``ttl_s`` (a change takes effect within that), at most ``max_organizations`` kept (the least
-    recently used forgotten). A database that cannot answer leaves the last quotas known (none,
-    for an organization never read): a quota is a fairness rule, and a build that reads its
+    recently used forgotten). A database that cannot answer (within ``timeout_s``: the build
+    consumer reads them on a record's receipt, in its fetch loop) leaves the last quotas known
+    (none, for an organization never read): a quota is a fairness rule, and a build that reads its
     sources from the same database fails on its own if the database is gone."""
 
     def __init__(
@@ -53,11 +55,13 @@ class DatabaseQuotas:
         database: TenantDatabase,
         *,
         ttl_s: float = 5.0,
+        timeout_s: float = 0.5,
         max_organizations: int = 10_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.database = database
         self.ttl_s = ttl_s
+        self.timeout_s = timeout_s
         self.max_organizations = max_organizations
         self.clock = clock
         self._known: OrderedDict[UUID, tuple[Quotas, float]] = OrderedDict()
@@ -69,9 +73,10 @@ class DatabaseQuotas:
             self._known[organization_id] = known
             return known[0]
         try:
-            rows = await self.database.read(READ_QUOTAS, organization_id)
+            async with asyncio.timeout(self.timeout_s):
+                rows = await self.database.read(READ_QUOTAS, organization_id)
             found = (Quotas.of(rows[0]) if rows else NO_QUOTAS), now
-        except InfrastructureUnavailable as error:
+        except (InfrastructureUnavailable, TimeoutError) as error:
             log.warning("the quotas of %s could not be read: %s", organization_id, error)
             found = (known[0] if known else NO_QUOTAS), now
         self._known[organization_id] = found

@@ -1,6 +1,7 @@
 """The build handler's admission by the quota build_rate (contextcore/quotas.py), on an
-in-memory :class:`~contextcore.quotas.QuotaReader`: each organization is held to its own
-quotas, read per request, and one without any is never throttled."""
+in-memory :class:`~contextcore.quotas.QuotaReader`: its screen, which the runtime runs on each
+record's receipt, holds each organization to its own quotas, read per request, and never
+throttles one without any, nor a record it cannot read."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ async def statuses(handler: BuildHandler, organization: str, n: int) -> list[str
         raw = message(correlation_id=f"{organization}-{i}")
         raw["request"]["subject"]["organization_id"] = organization
         record = Inbound("t", 0, i, None, json.dumps(raw).encode())
-        reply = reply_of(await handler.handle(record, Stopwatch()))
+        screened = await handler.screen(record)
+        reply = reply_of(screened or await handler.handle(record, Stopwatch()))
         answers.append(reply.error.code if reply.error else reply.status)
     return answers
 
@@ -60,9 +62,27 @@ async def test_an_organization_is_throttled_past_its_own_burst_and_another_never
     assert await statuses(handler, ORG, 1) == ["ok"]
 
 
+async def test_a_record_the_screen_cannot_read_is_left_to_the_handler() -> None:
+    registry, builder = service()
+    book = Book({ORG: Quotas(build_rate=0.001, build_burst=1)})
+    handler = BuildHandler(
+        registry,
+        builder,
+        BuildMetrics.create(CollectorRegistry()),
+        reply_topics=REPLY_TOPICS,
+        quotas=book,
+    )
+    nameless = message()
+    del nameless["request"]["subject"]["organization_id"]
+    for value in (b"not json", b"[]", json.dumps(nameless).encode()):
+        assert await handler.screen(Inbound("t", 0, 0, None, value)) is None
+    assert book.reads == 0
+
+
 async def test_without_a_quota_reader_nothing_is_throttled() -> None:
     registry, builder = service()
     handler = BuildHandler(
         registry, builder, BuildMetrics.create(CollectorRegistry()), reply_topics=REPLY_TOPICS
     )
     assert await statuses(handler, ORG, 20) == ["ok"] * 20
+    assert handler.quotas is None

@@ -373,6 +373,61 @@ async def test_a_tenant_behind_anothers_flood_starts_within_a_turn_and_commits_w
     await rig.close()
 
 
+class Screening(Scripted):
+    """:class:`Scripted`, with a screen that answers the records whose value is ``"no"``."""
+
+    def __init__(self, outcome: Callable[[Inbound], Outcome]) -> None:
+        super().__init__(outcome)
+        self.screened: list[int] = []
+
+    async def screen(self, record: Inbound) -> Reply | None:
+        if record.value != b'"no"':
+            return None
+        self.screened.append(record.offset)
+        return Reply("replies", f"no-{record.offset}", Message(text="throttled"))
+
+
+async def test_a_screened_record_is_answered_on_receipt_without_a_slot() -> None:
+    """Issue 33: with the one slot busy and the lanes nearly full, records the screen answers
+    are published at once, take no slot and no journal start, and do not count against the
+    read ahead once published; commits still wait for the record running below them."""
+    handler = Screening(reply)
+    handler.hold(0)
+    rig = Rig(handler, max_in_flight=1, read_ahead=2)
+    await rig.delivery.submit(record(0))
+    for offset in range(1, 51):  # fifty refusals: never more than the read ahead in the air
+        await asyncio.wait_for(rig.delivery.submit(record(offset, b'"no"')), 1)
+    await rig.delivery.submit(record(51))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    answered = [s.value for s in rig.publisher.to("replies")]
+    assert len(answered) == 50
+    assert handler.screened == list(range(1, 51))
+    assert handler.seen == [0]  # the screened never reached the handler; 51 waits its turn
+    assert ("started", 1) not in rig.journal.calls
+    assert rig.committer.last() is None  # 0 still runs: no commit passes it
+    handler.gates[0].set()
+    await rig.settle()
+    assert handler.seen == [0, 51]
+    assert rig.committer.last() == 52
+    await rig.close()
+
+
+async def test_a_screen_that_fails_lets_the_record_wait_for_the_handler() -> None:
+    handler = Screening(reply)
+
+    async def broken(record: Inbound) -> Reply | None:
+        raise RuntimeError("the screen is broken")
+
+    handler.screen = broken  # type: ignore[method-assign]
+    rig = Rig(handler)
+    await rig.delivery.submit(record(0, b'"no"'))
+    await rig.settle()
+    assert handler.seen == [0]
+    assert [s.value for s in rig.publisher.to("replies")] == [b'{"text":"answer 0"}']
+    await rig.close()
+
+
 async def test_lanes_are_served_in_turn_and_a_record_without_an_organization_shares_one() -> None:
     lanes = Lanes()
     for offset, headers in [
