@@ -182,9 +182,11 @@ class TextSandbox:
             raise ValueError("a sandbox needs at least one worker")
         self.limits = limits or SandboxLimits()
         self._command = list(command or [sys.executable, "-m", "contextcore.knowledge.worker"])
+        self._workers = workers
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []
         self._busy: set[_Worker] = set()
+        self._spares: set[asyncio.Task[None]] = set()  # workers starting ahead of need
         self._closed = False
 
     async def cut(
@@ -227,6 +229,7 @@ class TextSandbox:
 
     async def close(self) -> None:
         self._closed = True
+        await asyncio.gather(*self._spares, return_exceptions=True)
         await asyncio.gather(*(w.retire() for w in self._idle), return_exceptions=True)
         await asyncio.gather(*(w.kill() for w in self._busy), return_exceptions=True)
         self._idle.clear()
@@ -236,6 +239,7 @@ class TextSandbox:
     ) -> Cut:
         worker = await self._worker()
         self._busy.add(worker)
+        self._top_up()
         started = time.monotonic()
         reusable = False
         try:
@@ -297,6 +301,29 @@ class TextSandbox:
             return f"the extraction process crashed ({signal.Signals(number).name})"
         return f"the extraction process ended unexpectedly (exit status {code})"
 
+    def _top_up(self) -> None:
+        """Start workers ahead of need, up to ``workers`` alive: a worker loads its libraries
+        while it is idle, so a document that arrives while another is being cut does not wait
+        for a process to start (a cold worker cost an upload about a second beside another
+        tenant's long document, issue 33)."""
+        while not self._closed and len(self._idle) + len(self._busy) + len(self._spares) < (
+            self._workers
+        ):
+            task = asyncio.create_task(self._spare())
+            self._spares.add(task)
+            task.add_done_callback(self._spares.discard)
+
+    async def _spare(self) -> None:
+        try:
+            worker = await self._spawn()
+        except OSError as error:  # the job that needs it starts its own, and says why
+            log.warning("a spare extraction worker did not start: %s", error)
+            return
+        if self._closed:
+            await worker.kill()
+        else:
+            self._idle.append(worker)
+
     async def _worker(self) -> _Worker:
         while self._idle:
             worker = self._idle.pop()
@@ -304,6 +331,9 @@ class TextSandbox:
                 return worker
         if self._closed:
             raise ExtractionError("the service is shutting down")
+        return await self._spawn()
+
+    async def _spawn(self) -> _Worker:
         process = await asyncio.create_subprocess_exec(
             *self._command,
             "--memory-bytes",

@@ -58,6 +58,30 @@ async def test_a_document_cuts_as_it_does_in_process() -> None:
     assert again.chunks == cut.chunks
 
 
+async def test_a_document_beside_a_long_one_finds_a_worker_already_started() -> None:
+    """Issue 33: once a job starts, a spare worker starts too (up to ``workers``), so the next
+    document, arriving while the first is being cut, takes a process that had started before
+    it arrived instead of waiting for one to start."""
+    sandbox = TextSandbox(workers=2, command=fake_worker(
+        "time.sleep(job['title'] == 'long' and 600 or 0)\n"
+        "answer(json.dumps({'pid': os.getpid()}).encode())\n"
+    ))  # fmt: skip
+    try:
+        long = asyncio.create_task(sandbox.cut(title="long", models={}, document=b"x"))
+        await until(lambda: len(sandbox._busy) == 1 and len(sandbox._idle) == 1)
+        [spare] = sandbox._idle
+        started_before = spare.process.pid
+        with pytest.raises(ExtractionError):  # the fake answers no cut: nonsense, as it must
+            await sandbox.cut(title="short", models={}, document=b"x")
+        assert [w.process.pid for w in sandbox._busy] != [started_before]  # the long one
+        assert spare.jobs == 1  # the short document ran on the spare
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+    finally:
+        await sandbox.close()
+
+
 async def test_memory_and_cpu_bounds_fail_the_job_and_the_next_one_works() -> None:
     sandbox = TextSandbox(workers=1, limits=SandboxLimits(memory_mb=160, cpu_s=1, wall_s=30))
     try:
