@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections import deque
 from collections.abc import Sequence
 
 import pytest
@@ -76,8 +77,9 @@ async def test_the_next_encode_takes_each_lane_in_turn_so_one_tenant_never_waits
     None
 ):
     """Issue 33: A's ten batches wait behind a running encode, then B's one. The next encode
-    takes A's first batch and B's, not A's next ones: B waits for one encode, not for A's
-    flood. Each lane keeps its order."""
+    is B's, alone (a light lane beside a heavy one), and then A's in order: B waits for the
+    encode that was running, not for A's flood nor for a full encode of A's passages. Each lane
+    keeps its order."""
     inner = Recording()
     encoder = CoalescingEncoder(inner, max_texts=4)
     first = asyncio.create_task(encoder.encode(["a0"], "A"))
@@ -88,7 +90,32 @@ async def test_the_next_encode_takes_each_lane_in_turn_so_one_tenant_never_waits
     inner.release.set()
     await asyncio.gather(first, *flood, theirs)
     assert inner.calls[0] == ["a0"]
-    assert inner.calls[1] == ["a1", "a1", "b"]  # B's rides the next encode
+    assert inner.calls[1] == ["b"]  # B's goes next, in an encode of its own
+    assert inner.calls[2] == ["a1", "a1", "a2", "a2"]
     assert [t for call in inner.calls[2:] for t in call] == [
-        text for i in range(2, 11) for text in (f"a{i}", f"a{i}")
+        text for i in range(1, 11) for text in (f"a{i}", f"a{i}")
     ]
+
+
+async def test_light_lanes_go_first_but_never_twice_in_a_row_while_a_heavy_one_waits() -> None:
+    """The heavy lanes get at least every other encode, however much light traffic comes."""
+    encoder = CoalescingEncoder(Recording(), max_texts=4)  # light: one text waiting at most
+    loop = asyncio.get_running_loop()
+
+    def wait(lane: str, *texts: str) -> None:
+        encoder._waiting.setdefault(lane, deque()).append((list(texts), loop.create_future()))
+
+    def next_texts() -> list[str]:
+        return [t for texts, _ in encoder._next_encode() for t in texts]
+
+    for i in range(5):
+        wait("A", f"a{i}", f"a{i}")
+    wait("B", "b0")
+    wait("C", "c0")
+    assert next_texts() == ["b0", "c0"]  # the light lanes, alone
+    wait("D", "d0")  # more light traffic arrives
+    assert next_texts() == ["a0", "a0", "d0"]  # in turn, A included: not light twice
+    wait("E", "e0")
+    assert next_texts() == ["e0"]
+    assert next_texts() == ["a1", "a1", "a2", "a2"]
+    assert next_texts() == ["a3", "a3", "a4", "a4"]  # only A left: it is not light
