@@ -11,6 +11,8 @@ primary delivers.
 
 from __future__ import annotations
 
+import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,11 +38,17 @@ from contextcore.storage.quotas import DatabaseQuotas
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.build import BuildReplyV1, BuildRequestV1
 
+log = logging.getLogger("contextcore.build")
+
 DESCRIPTION = (
     "Build requests: a ContextRequest and a ContextPolicy. Every record is answered on the "
     "topic its reply_to names, with its correlation_id: a brief, an error, or reuse_previous; "
     "a record without a usable address goes to the dead-letter topic."
 )
+
+
+GONE = ("CONTEXTCORE_BUILD_ORGANIZATION_RATE", "CONTEXTCORE_BUILD_ORGANIZATION_BURST")
+"""Settings of an earlier version that a deployment may still set: warned about, not read."""
 
 
 def create_app(
@@ -52,6 +60,13 @@ def create_app(
 ) -> ConsumerApp:
     """The application, configured from the environment unless settings are given."""
     build = build or BuildSettings()
+    for gone in GONE:
+        if os.environ.get(gone):
+            log.warning(
+                "%s is no longer read: a build rate is the quota build_rate of an organization, "
+                "or of every organization by default (`contextcore quota`, docs/operations.md)",
+                gone,
+            )
     kafka = kafka or KafkaSettings()
     topics = topics or TopicSettings()
     database = database or DatabaseSettings()

@@ -189,7 +189,7 @@ class BuildHandler:
         """The ``throttled`` reply to a request whose organization is over its quota
         build_rate; ``None`` to admit it, or for a record it cannot read (the handler answers
         that one). A JSON decode, a cached quota and a token bucket: a flood costs no build."""
-        if self.quotas is None:
+        if self.quotas is None or record.attempt > 1:  # a retried copy was admitted once
             return None
         try:
             data = wire.decode(record.value, lenient=(ENTITIES,))

@@ -356,6 +356,12 @@ class Delivery:
         ):
             return
         screened = await self._screened_out(record)
+        if (
+            self._closing
+            or partition in self._revoking
+            or self.in_flight.tracker(partition) is not tracker
+        ):
+            return  # revoked or closed while it was screened: its next owner reads it
         if screened is not None:
             self._answer_on_receipt(record, tracker, screened)
         else:

@@ -259,9 +259,14 @@ class TextSandbox:
             return cut
         finally:
             self._busy.discard(worker)
-            if reusable and not self._closed and worker.rss_mb() < self.limits.recycle_rss_mb:
+            if (
+                reusable
+                and not self._closed
+                and worker.rss_mb() < self.limits.recycle_rss_mb
+                and len(self._idle) + len(self._busy) + len(self._spares) < self._workers
+            ):
                 self._idle.append(worker)
-            else:  # cancelled, timed out, dead, lying, failed or grown: never reused
+            else:  # cancelled, timed out, dead, lying, failed, grown or one too many
                 await (worker.retire() if reusable else worker.kill())
             log.debug("a job took %.3f s", time.monotonic() - started)
 
@@ -325,13 +330,17 @@ class TextSandbox:
             self._idle.append(worker)
 
     async def _worker(self) -> _Worker:
-        while self._idle:
-            worker = self._idle.pop()
-            if worker.process.returncode is None:
-                return worker
-        if self._closed:
-            raise ExtractionError("the service is shutting down")
-        return await self._spawn()
+        """An idle worker; else one that is starting (it is this job's); else a new one."""
+        while True:
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.process.returncode is None:
+                    return worker
+            if self._closed:
+                raise ExtractionError("the service is shutting down")
+            if not self._spares:
+                return await self._spawn()
+            await asyncio.wait(set(self._spares), return_when=asyncio.FIRST_COMPLETED)
 
     async def _spawn(self) -> _Worker:
         process = await asyncio.create_subprocess_exec(

@@ -12,7 +12,6 @@ from uuid import UUID
 
 from contextcore.quotas import NO_QUOTAS, Quotas
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase, TenantQuery
-from schemas.errors import InfrastructureUnavailable
 
 log = logging.getLogger("contextcore.quotas")
 
@@ -43,12 +42,16 @@ SELECT pg_advisory_xact_lock(1835363661, hashtext($1::uuid::text))
 
 
 class DatabaseQuotas:
-    """The quotas as the build consumer reads them: one statement per organization, kept
-    ``ttl_s`` (a change takes effect within that), at most ``max_organizations`` kept (the least
-    recently used forgotten). A database that cannot answer (within ``timeout_s``: the build
-    consumer reads them on a record's receipt, in its fetch loop) leaves the last quotas known
-    (none, for an organization never read): a quota is a fairness rule, and a build that reads its
-    sources from the same database fails on its own if the database is gone."""
+    """The quotas as the build consumer reads them, on a record's receipt (its fetch loop):
+    one statement per organization, kept ``ttl_s``; past it, the quotas known are served while
+    one read refreshes them in the background, so a known organization never waits for the
+    database. An organization never read waits for its first read, at most ``timeout_s``. At
+    most ``max_organizations`` are kept (the least recently used forgotten).
+
+    A read that fails, whatever the reason (the database away or slow, a migration not yet
+    applied), leaves the last quotas known (none, for an organization never read) until the
+    next attempt ``ttl_s`` later, and is logged then: a quota is a fairness rule, and a build
+    that reads its sources from the same database fails on its own if the database is gone."""
 
     def __init__(
         self,
@@ -65,21 +68,30 @@ class DatabaseQuotas:
         self.max_organizations = max_organizations
         self.clock = clock
         self._known: OrderedDict[UUID, tuple[Quotas, float]] = OrderedDict()
+        self._refreshing: dict[UUID, asyncio.Task[Quotas]] = {}
 
     async def quotas(self, organization_id: UUID) -> Quotas:
-        now = self.clock()
-        known = self._known.pop(organization_id, None)
-        if known is not None and now - known[1] < self.ttl_s:
-            self._known[organization_id] = known
-            return known[0]
+        known = self._known.get(organization_id)
+        if known is None:
+            return await self._read(organization_id, NO_QUOTAS)
+        self._known.move_to_end(organization_id)
+        stale = self.clock() - known[1] >= self.ttl_s
+        if stale and organization_id not in self._refreshing:
+            task = asyncio.create_task(self._read(organization_id, known[0]))
+            self._refreshing[organization_id] = task
+            task.add_done_callback(lambda _: self._refreshing.pop(organization_id, None))
+        return known[0]
+
+    async def _read(self, organization_id: UUID, fallback: Quotas) -> Quotas:
         try:
             async with asyncio.timeout(self.timeout_s):
                 rows = await self.database.read(READ_QUOTAS, organization_id)
-            found = (Quotas.of(rows[0]) if rows else NO_QUOTAS), now
-        except (InfrastructureUnavailable, TimeoutError) as error:
-            log.warning("the quotas of %s could not be read: %s", organization_id, error)
-            found = (known[0] if known else NO_QUOTAS), now
-        self._known[organization_id] = found
+            found = Quotas.of(rows[0]) if rows else NO_QUOTAS
+        except Exception as error:  # see the class docstring: the service goes on
+            log.warning("the quotas of %s could not be read: %r", organization_id, error)
+            found = fallback
+        self._known[organization_id] = (found, self.clock())
+        self._known.move_to_end(organization_id)
         while len(self._known) > self.max_organizations:
             self._known.popitem(last=False)
-        return found[0]
+        return found

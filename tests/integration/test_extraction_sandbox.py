@@ -82,6 +82,26 @@ async def test_a_document_beside_a_long_one_finds_a_worker_already_started() -> 
         await sandbox.close()
 
 
+async def test_no_more_workers_live_than_the_sandbox_allows() -> None:
+    """Jobs at once on a fresh sandbox, with spares starting meanwhile: never more than
+    ``workers`` processes alive, and as many kept warm after."""
+    sandbox = TextSandbox(workers=2)
+    try:
+        for _ in range(3):
+            jobs = [
+                sandbox.cut(
+                    title="Guide", models=WINDOWS, media_type="text/markdown", document=GUIDE
+                )
+                for _ in range(4)
+            ]
+            assert len(await asyncio.gather(*jobs)) == 4
+        await until(lambda: not sandbox._spares)
+        live = [w for w in sandbox._idle if w.process.returncode is None]
+        assert len(live) == 2
+    finally:
+        await sandbox.close()
+
+
 async def test_memory_and_cpu_bounds_fail_the_job_and_the_next_one_works() -> None:
     sandbox = TextSandbox(workers=1, limits=SandboxLimits(memory_mb=160, cpu_s=1, wall_s=30))
     try:

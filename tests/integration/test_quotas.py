@@ -14,11 +14,14 @@ import pytest
 
 from admin.quotas import clear_quotas, quotas_in_force, set_quotas
 from broker.topics import ensure_topics, memory_topics
+from contextcore.memory.erasure import erase
+from contextcore.memory.service import MemoryService
+from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.quotas import Quotas
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from producers.knowledge import UploadFailed
 from producers.memory import MemoryClient
-from schemas.memory import Invoker, MemoryCandidate
+from schemas.memory import Invoker, MemoryCandidate, Refusal, Written
 from schemas.upload import UploadStatusV1
 from tests.integration.test_knowledge_admin import client_for, start_pipeline
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
@@ -175,7 +178,7 @@ async def test_memory_revisions_past_the_quota_are_refused_unjournaled_and_forge
         assert [(await memory.remember(theirs, fact(i))).status for i in range(3)] == [
             "written"
         ] * 3
-        # a forget is always taken (it appends a tombstone: the chain ends)
+        # a forget is always taken (it appends a tombstone: the chain ends, no room is freed)
         assert first.memory is not None
         forgotten = await memory.forget(ours, first.memory.id)
         assert (forgotten.status, forgotten.change) == ("written", "forgotten")
@@ -187,6 +190,36 @@ async def test_memory_revisions_past_the_quota_are_refused_unjournaled_and_forge
         "SELECT count(*) FROM memories WHERE organization_id = $1", MEMORY_ORG
     )
     assert held == 4  # two facts, a tombstone, the third fact
+
+
+async def test_concurrent_batches_of_one_organization_never_pass_its_memory_revisions(
+    owner: asyncpg.Connection, admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """Two memory services (two consumer processes) write ten memories of one organization at
+    once, in batches: exactly the quota is written, the rest refused ``quota``. An erasure (the
+    operator's) frees the room its revisions took; a forget does not (it is a revision too)."""
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'M')", MEMORY_ORG)
+    await set_quotas(owner, MEMORY_ORG, memory_revisions=4)
+    services = [MemoryService(PostgresMemoryJournal(tenant_db), concurrency=2) for _ in range(2)]
+    ours = Invoker(organization_id=MEMORY_ORG, definition_id=DEFINITION, user_id=USER)
+
+    def fact(i: int) -> MemoryCandidate:
+        return MemoryCandidate(scope="user", attribute=f"preference.c{i}", text=f"fact {i}")
+
+    answers = await asyncio.gather(
+        *(services[i % 2].remember(ours, fact(i), f"key-{i}") for i in range(10))
+    )
+    written = [a for a in answers if isinstance(a, Written)]
+    refused = [a.reason for a in answers if isinstance(a, Refusal)]
+    assert (len(written), refused) == (4, ["quota"] * 6)
+    forgotten = await services[0].forget(ours, written[0].memory.id, "forget-0")
+    assert isinstance(forgotten, Written)  # taken, and it fills no room: still at the quota
+    assert isinstance(await services[0].remember(ours, fact(20), "key-20"), Refusal)
+    # erasing the forgotten chain (its revision and its tombstone) frees two: room for one
+    done = await erase(owner, MEMORY_ORG, "memory", str(written[0].memory.id), apply=True)
+    assert done.revisions == 2
+    again = await services[0].remember(ours, fact(20), "key-20")
+    assert isinstance(again, Written), again
 
 
 async def test_a_tenant_reads_its_own_quotas_and_the_default_and_writes_none(

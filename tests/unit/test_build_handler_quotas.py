@@ -7,14 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from broker.settings import KafkaSettings, TopicSettings
+from consumers.build.app import create_app
 from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics
+from consumers.build.settings import BuildSettings
 from consumers.runtime.records import Inbound, Stopwatch
+from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.quotas import NO_QUOTAS, Quotas
+from contextcore.settings import DatabaseSettings
 from tests.unit.test_build_messages import ORG, REPLY_TOPICS, message, reply_of, service
 
 OTHER = "6f1c2a3b-0000-4000-8000-000000000002"
@@ -86,3 +93,18 @@ async def test_without_a_quota_reader_nothing_is_throttled() -> None:
     )
     assert await statuses(handler, ORG, 20) == ["ok"] * 20
     assert handler.quotas is None
+
+
+def test_the_build_rates_first_settings_are_warned_about_not_read(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("CONTEXTCORE_BUILD_ORGANIZATION_RATE", "5")
+    with caplog.at_level(logging.WARNING, logger="contextcore.build"):
+        create_app(
+            BuildSettings.model_construct(group_id="g"),
+            KafkaSettings.model_construct(),
+            TopicSettings.model_construct(),
+            DatabaseSettings.model_construct(),
+            KnowledgeSettings.model_construct(),
+        )
+    assert "CONTEXTCORE_BUILD_ORGANIZATION_RATE is no longer read" in caplog.text

@@ -397,6 +397,7 @@ async def test_a_screened_record_is_answered_on_receipt_without_a_slot() -> None
     await rig.delivery.submit(record(0))
     for offset in range(1, 51):  # fifty refusals: never more than the read ahead in the air
         await asyncio.wait_for(rig.delivery.submit(record(offset, b'"no"')), 1)
+        assert rig.delivery._screened <= 2
     await rig.delivery.submit(record(51))
     for _ in range(50):
         await asyncio.sleep(0)
@@ -410,6 +411,55 @@ async def test_a_screened_record_is_answered_on_receipt_without_a_slot() -> None
     await rig.settle()
     assert handler.seen == [0, 51]
     assert rig.committer.last() == 52
+    await rig.close()
+
+
+async def test_refusals_the_broker_has_not_taken_count_against_the_read_ahead() -> None:
+    handler = Screening(reply)
+    rig = Rig(handler, read_ahead=2)
+    taken = asyncio.Event()
+    publish = rig.publisher.publish
+
+    async def stalled(topic: str, value: bytes, **options: Any) -> None:
+        await taken.wait()
+        await publish(topic, value, **options)
+
+    rig.publisher.publish = stalled  # type: ignore[method-assign]
+    for offset in range(2):
+        await asyncio.wait_for(rig.delivery.submit(record(offset, b'"no"')), 1)
+    third = asyncio.create_task(rig.delivery.submit(record(2, b'"no"')))
+    await asyncio.sleep(0.01)
+    assert not third.done()  # three replies in the air: the fetch waits
+    taken.set()
+    await asyncio.wait_for(third, 1)
+    await rig.settle()
+    assert len(rig.publisher.to("replies")) == 3
+    assert rig.committer.last() == 3
+    await rig.close()
+
+
+async def test_a_record_revoked_while_it_was_screened_is_left_to_its_next_owner() -> None:
+    """The screen is awaited: a revoke in the meantime leaves the record to the partition's
+    next owner, neither answered here nor put in a lane (it would run twice)."""
+    handler = Screening(reply)
+    release = asyncio.Event()
+    screen = handler.screen
+
+    async def slow(record: Inbound) -> Reply | None:
+        await release.wait()
+        return await screen(record)
+
+    handler.screen = slow  # type: ignore[method-assign]
+    rig = Rig(handler)
+    refused = asyncio.create_task(rig.delivery.submit(record(0, b'"no"')))
+    admitted = asyncio.create_task(rig.delivery.submit(record(0, partition=1)))
+    await asyncio.sleep(0.01)
+    await rig.delivery.revoke([("t", 0), ("t", 1)])
+    rig.delivery.assign([("t", 0), ("t", 1)])  # handed back in the same rebalance
+    release.set()
+    await asyncio.gather(refused, admitted)
+    await rig.settle()
+    assert (rig.publisher.sent, handler.seen) == ([], [])
     await rig.close()
 
 
