@@ -15,8 +15,8 @@ import pytest
 from admin.quotas import clear_quotas, quotas_in_force, set_quotas
 from broker.topics import ensure_topics, memory_topics
 from contextcore.memory.erasure import erase
-from contextcore.memory.service import MemoryService
-from contextcore.memory.store import PostgresMemoryJournal
+from contextcore.memory.service import MemoryService, Write, remember_write
+from contextcore.memory.store import PostgresMemoryJournal, apply
 from contextcore.quotas import Quotas
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from producers.knowledge import UploadFailed
@@ -220,6 +220,40 @@ async def test_concurrent_batches_of_one_organization_never_pass_its_memory_revi
     assert done.revisions == 2
     again = await services[0].remember(ours, fact(20), "key-20")
     assert isinstance(again, Written), again
+
+
+async def test_a_second_batch_of_the_organization_counts_after_the_first_commits(
+    owner: asyncpg.Connection, admin: asyncpg.Connection, tenant_db: TenantDatabase
+) -> None:
+    """Two transactions of one organization's writes, the first still open: the second waits
+    for it, then counts its revisions, so the two never fill the same room (without the lock
+    each counted none and both wrote three, six of a quota of four)."""
+    await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'M')", MEMORY_ORG)
+    await set_quotas(owner, MEMORY_ORG, memory_revisions=4)
+    ours = Invoker(organization_id=MEMORY_ORG, definition_id=DEFINITION, user_id=USER)
+
+    def writes(batch: str) -> list[Write]:
+        return [
+            remember_write(
+                ours,
+                MemoryCandidate(scope="user", attribute=f"preference.{batch}{i}", text=batch),
+                f"{batch}-{i}",
+            )
+            for i in range(3)
+        ]
+
+    async def second() -> list[object]:
+        async with tenant_db.writing_each() as conn:
+            return list(await apply(conn, writes("second")))
+
+    async with tenant_db.writing_each() as conn:
+        first = await apply(conn, writes("first"))
+        waiting = asyncio.create_task(second())
+        await asyncio.sleep(0.5)
+        assert not waiting.done()  # it waits for the first batch's lock
+    answers = [*first, *await waiting]
+    assert sum(isinstance(a, Written) for a in answers) == 4
+    assert [a.reason for a in answers if isinstance(a, Refusal)] == ["quota", "quota"]
 
 
 async def test_a_tenant_reads_its_own_quotas_and_the_default_and_writes_none(
