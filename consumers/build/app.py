@@ -11,6 +11,7 @@ primary delivers.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
@@ -105,7 +106,11 @@ def create_app(
                 )
                 if build.preload_encoder:
                     for model in knowledge.models():
-                        await encoders(model)
+                        encoder = await encoders(model)
+                        # its first inference too (allocations, a compiled graph's first
+                        # run): on a busy machine it cost the first build's knowledge read
+                        # its 1 s timeout (the demo's, in CI)
+                        await asyncio.to_thread(encoder.encode, ["warm up"])
                 yield BuildHandler(
                     registry,
                     builder,

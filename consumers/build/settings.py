@@ -21,7 +21,7 @@ class BuildSettings(ConsumerSettings):
     source_timeout_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """The builder's independent timeout per source read: an outage ceiling, not a target."""
     preload_encoder: bool = True
-    """Load the query encoder of every model this process knows before the consumer says it is
-    ready (the light OpenVINO one: about 190 MB, a few seconds; the first load may export the
-    model). Off, it loads at the first build whose policy reads knowledge, and that build's
-    knowledge source times out while it loads."""
+    """Load the query encoder of every model this process knows, and run its first inference,
+    before the consumer says it is ready (the light OpenVINO one: about 190 MB, a few seconds;
+    the first load may export the model). Off, it loads at the first build whose policy reads
+    knowledge, and that build's knowledge source times out while it loads."""
