@@ -5,9 +5,8 @@
    ``invalid_request`` error reply when its ``reply_to`` and ``correlation_id`` can be read;
    otherwise it is dead-lettered with the reason.
 2. Admit the policy (``policy_rejected``); answer ``reuse_previous`` for a resume the policy
-   does not refresh; build. A required
-   source failure is ``required_source_failed``; any other exception of the builder is
-   ``internal_error``. Every one of these is a reply.
+   does not refresh; build. A required source failure is ``required_source_failed``; any
+   other exception of the builder is ``internal_error``. Every one of these is a reply.
 
 Before all that, on the record's receipt, :meth:`BuildHandler.screen` admits the organization:
 over its quota build_rate the request is answered ``throttled``, with how long to wait
