@@ -76,7 +76,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 import asyncpg
 
@@ -87,6 +87,7 @@ from bench.processes import (
     machine_busy_seconds,
     nice,
     peak_rss_mb,
+    runqueue_wait_seconds,
     start_consumer,
     tree_cpu_seconds,
 )
@@ -760,18 +761,22 @@ async def send_flood(flood: Flood, channel: Connection) -> tuple[Tally, float]:
     return tally, time.process_time() - cpu
 
 
+Job = TypeVar("Job")
+
+
 @contextlib.contextmanager
-def flood_process(flood: Flood) -> Iterator[Connection]:
-    """``flood_main`` in a new interpreter (spawned: none of this one's loop or connections),
-    and this end of its pipe; waited for at the end (closing the pipe ends a flood that is
-    still waiting for the word)."""
+def spawned(main: Callable[[Job, Connection], None], job: Job) -> Iterator[tuple[Connection, int]]:
+    """``main(job, pipe)`` in a new interpreter (spawned: none of this one's loop or
+    connections), this end of its pipe and its pid; waited for at the end (closing the pipe
+    ends a child that is still waiting for a word)."""
     context = multiprocessing.get_context("spawn")
     ours, theirs = context.Pipe()
-    process = context.Process(target=flood_main, args=(flood, theirs))
+    process = context.Process(target=main, args=(job, theirs))
     process.start()
     theirs.close()  # the child's now: its death reads as EOFError here
     try:
-        yield ours
+        assert process.pid is not None
+        yield ours, process.pid
     finally:
         ours.close()
         process.join(REPLY_TIMEOUT_S + 30)
@@ -802,15 +807,26 @@ class Load:
         )
 
 
-def broker_pids() -> list[int]:
-    """The dev stack's broker processes (Tansu), for their CPU; none against another broker."""
+def pids_running(program: Callable[[bytes], bool]) -> list[int]:
+    """The processes whose program (the first word of their command line) ``program`` picks."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                if b"tansu" in (entry / "cmdline").read_bytes().split(b"\0")[0]:
+                if program((entry / "cmdline").read_bytes().split(b"\0")[0]):
                     found.append(int(entry.name))
     return found
+
+
+def broker_pids() -> list[int]:
+    """The dev stack's broker processes (Tansu), for their CPU; none against another broker."""
+    return pids_running(lambda program: b"tansu" in program)
+
+
+def postgres_pids() -> list[int]:
+    """The dev stack's PostgreSQL server (its postmaster: every backend is its child); none
+    against another database."""
+    return pids_running(lambda program: program.endswith(b"/bin/postgres"))
 
 
 def cpu_of(pids: list[int]) -> float:
@@ -822,7 +838,7 @@ async def beside_flood(
 ) -> tuple[Tally, Load]:
     """B's ``call``, ``B_BUILDS`` a second, while A's flood runs, both from the same moment and
     for as long; A's ``Tally``, and the CPU the ``consumer`` process and the flood used."""
-    with flood_process(flood) as channel:
+    with spawned(flood_main, flood) as (channel, _):
         if await asyncio.to_thread(channel.recv) != "ready":
             raise RuntimeError("the flood process did not start")
         brokers = broker_pids()
@@ -933,27 +949,47 @@ def questioned(org: Org, questions: list[str]) -> Callable[[int], ContextRequest
     return ask
 
 
+@dataclass(frozen=True)
+class IngestJob:
+    """A's documents, for the process that uploads them (``ingest_main``)."""
+
+    bootstrap: str
+    topics: TopicSettings
+    organization: uuid.UUID
+    texts: list[str]
+
+
+def ingest_main(job: IngestJob, channel: Connection) -> None:
+    """A's client, in a process of its own (as another machine's would be: its event loop is
+    not B's): uploads every document at once, sends ``first`` when one is ready, then when
+    each became ready and the seconds until the last was."""
+    channel.send(asyncio.run(ingest_all(job, channel)))
+
+
+async def ingest_all(
+    job: IngestJob, channel: Connection
+) -> tuple[list[tuple[float, float]], float]:
+    ready: list[tuple[float, float]] = []
+
+    async def one(n: int, text: str) -> None:
+        ms = await upload_text(client, job.organization, text, n)
+        ready.append((time.perf_counter(), ms))  # the clock of every process (CLOCK_MONOTONIC)
+        if len(ready) == 1:
+            channel.send("first")
+
+    async with knowledge_client(job.bootstrap, job.topics) as client:
+        started = time.perf_counter()
+        await asyncio.gather(*(one(n, text) for n, text in enumerate(job.texts)))
+        return ready, time.perf_counter() - started
+
+
 @dataclass
 class Ingest:
-    """A's documents, uploaded all at once, and when each became ``ready``."""
+    """A's documents, and (once its process has sent them) when each became ``ready``."""
 
-    client: KnowledgeClient
-    organization: uuid.UUID
     texts: list[str]
     ready: list[tuple[float, float]] = field(default_factory=list)
     """(perf_counter when ready, milliseconds from its upload), each document."""
-    first: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def run(self) -> float:
-        """Every document uploaded at once; the seconds until the last was ready."""
-        started = time.perf_counter()
-        await asyncio.gather(*(self._one(n, text) for n, text in enumerate(self.texts)))
-        return time.perf_counter() - started
-
-    async def _one(self, n: int, text: str) -> None:
-        ms = await upload_text(self.client, self.organization, text, n)
-        self.ready.append((time.perf_counter(), ms))
-        self.first.set()
 
     def rate(self, start: float, end: float) -> str:
         """Documents a second that became ready between ``start`` and ``end``."""
@@ -964,23 +1000,88 @@ class Ingest:
 
 
 @dataclass
+class Usage:
+    """Where one phase's time went: each process's CPU seconds and the seconds its threads
+    waited, runnable, for a core (run-queue wait); and how late this bench's own event loop
+    woke from a 10 ms sleep (B's client shares it with A's uploads: a late loop would count
+    in B's latencies without being the service's)."""
+
+    seconds: float = 0.0
+    used: dict[str, tuple[float, float]] = field(default_factory=dict)
+    late_ms: list[float] = field(default_factory=list)
+
+    def line(self, builds: int) -> str:
+        parts = [f"{name} {cpu:,.1f} / {wait:,.2f}" for name, (cpu, wait) in self.used.items()]
+        late = Latencies("", self.late_ms)
+        build_wait = self.used.get("build", (0.0, 0.0))[1]
+        return (
+            f"CPU s / run-queue wait s over {self.seconds:,.1f} s: {', '.join(parts)}; "
+            f"the build consumer waited {build_wait * 1000 / max(1, builds):,.1f} ms for a core "
+            f"per build; this bench's loop late p99 {late.quantile(0.99):,.1f} ms, "
+            f"max {max(self.late_ms, default=0):,.1f} ms"
+        )
+
+
+@dataclass
+class Processes:
+    """The processes of a run, by name, for ``Usage``."""
+
+    pids: dict[str, list[int]]
+
+    def sample(self) -> dict[str, tuple[float, float]]:
+        """Each process with its descendants, but this bench's without them (its consumers)."""
+        own = os.getpid()
+        return {
+            name: (
+                sum(tree_cpu_seconds(pid, descendants=pid != own) for pid in pids),
+                sum(runqueue_wait_seconds(pid, descendants=pid != own) for pid in pids),
+            )
+            for name, pids in self.pids.items()
+        }
+
+    @contextlib.asynccontextmanager
+    async def measured(self, usage: Usage) -> AsyncIterator[None]:
+        """``usage`` of what runs inside."""
+
+        async def ticks() -> None:
+            while True:
+                before = time.perf_counter()
+                await asyncio.sleep(0.01)
+                usage.late_ms.append((time.perf_counter() - before - 0.01) * 1000)
+
+        before, started = self.sample(), time.perf_counter()
+        ticker = asyncio.create_task(ticks())
+        try:
+            yield
+        finally:
+            ticker.cancel()
+            after = self.sample()
+            usage.seconds = time.perf_counter() - started
+            usage.used = {n: (after[n][0] - c, after[n][1] - w) for n, (c, w) in before.items()}
+
+
+@dataclass
 class Phases:
     """B's builds of one policy: alone, beside A's ingest, and when those beside began and
-    ended."""
+    ended; where the time of each went."""
 
     alone: Tally = field(default_factory=Tally)
     beside: Tally = field(default_factory=Tally)
     window: tuple[float, float] = (0.0, 0.0)
+    alone_usage: Usage = field(default_factory=Usage)
+    beside_usage: Usage = field(default_factory=Usage)
 
 
 async def interactive_phases(
     args: Namespace,
     builds: ContextClient,
-    ingest: Ingest,
+    job: IngestJob,
     turns_by: dict[str, Callable[[int], ContextRequest]],
-) -> tuple[dict[str, Phases], float]:
-    """B's builds of each policy alone, then A's ingest and, once its first document is ready,
-    B's builds of each policy beside it; and the ingest's seconds."""
+    processes: Processes,
+) -> tuple[dict[str, Phases], Ingest, float]:
+    """B's builds of each policy alone, then A's ingest (from a process of its own) and, once
+    its first document is ready, B's builds of each policy beside it; and the ingest and its
+    seconds."""
     policies = {"typical": TYPICAL_POLICY, "with knowledge": KNOWLEDGE_POLICY}
     phases = {name: Phases() for name in policies}
 
@@ -990,14 +1091,20 @@ async def interactive_phases(
     for name in policies:  # warm-up: the group, the caches, the query encoder
         await paced(B_INTERACTIVE, deadline(3), call(name, Tally()))
     for name, phase in phases.items():
-        await paced(B_INTERACTIVE, deadline(args.seconds), call(name, phase.alone))
-    ingesting = asyncio.create_task(ingest.run())
-    await ingest.first.wait()
-    for name, phase in phases.items():
-        start = time.perf_counter()
-        await paced(B_INTERACTIVE, deadline(args.seconds), call(name, phase.beside))
-        phase.window = (start, time.perf_counter())
-    return phases, await ingesting
+        async with processes.measured(phase.alone_usage):
+            await paced(B_INTERACTIVE, deadline(args.seconds), call(name, phase.alone))
+    ingest = Ingest(job.texts)
+    with spawned(ingest_main, job) as (channel, pid):
+        processes.pids["A's client"] = [pid]
+        if await asyncio.to_thread(channel.recv) != "first":
+            raise RuntimeError("A's ingest did not start")
+        for name, phase in phases.items():
+            start = time.perf_counter()
+            async with processes.measured(phase.beside_usage):
+                await paced(B_INTERACTIVE, deadline(args.seconds), call(name, phase.beside))
+            phase.window = (start, time.perf_counter())
+        ingest.ready, seconds = await asyncio.to_thread(channel.recv)
+    return phases, ingest, seconds
 
 
 async def interactive(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
@@ -1015,21 +1122,28 @@ async def interactive(url: str, owner_url: str, admin: asyncpg.Connection, args:
     async with fresh_topics(args.bootstrap, build_topics, upload_topics) as (tag, topics):
         with running(service_env(args, url, tag, topics), "build", "upload", "embed") as started:
             print("  nice: " + ", ".join(f"{n} consumer {nice(p.pid)}" for n, p in started.items()))
-            async with (
-                build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as builds,
-                knowledge_client(args.bootstrap, topics) as a_docs,
-                knowledge_client(args.bootstrap, topics) as b_docs,
-            ):
+            async with knowledge_client(args.bootstrap, topics) as b_docs:
                 for n, text in enumerate(texts[:B_DOCUMENTS]):
                     await upload_text(b_docs, b.id, text, n)
-                ingest = Ingest(a_docs, a, texts[B_DOCUMENTS:])
-                phases, seconds = await interactive_phases(args, builds, ingest, turns_by)
+            job = IngestJob(args.bootstrap, topics, a, texts[B_DOCUMENTS:])
+            async with build_client(
+                args.bootstrap, topics.build_request, topics.reply_prefix
+            ) as builds:
+                processes = Processes(
+                    {name: [p.pid] for name, p in started.items()}
+                    | {"broker": broker_pids(), "postgres": postgres_pids(), "bench": [os.getpid()]}
+                )
+                phases, ingest, seconds = await interactive_phases(
+                    args, builds, job, turns_by, processes
+                )
             rss = rss_line(started)
     for name, phase in phases.items():
         alone = phase.alone.latencies(f"B's builds alone, {name} ({B_INTERACTIVE:g}/s)")
         beside = phase.beside.latencies(f"B's builds beside A's ingest, {name}")
         print("  " + alone.line())
+        print("    " + phase.alone_usage.line(len(phase.alone.ok)))
         print("  " + beside.line())
+        print("    " + phase.beside_usage.line(len(phase.beside.ok)))
         print(p99_ratio(alone, beside))
         print(f"  B's requests: alone {phase.alone.answers()}; beside {phase.beside.answers()}")
         if name == "with knowledge":

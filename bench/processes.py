@@ -86,12 +86,16 @@ def tree(pid: int) -> list[int]:
     return found
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid``, its reaped children and its live descendants.
+def tree_cpu_seconds(pid: int, *, descendants: bool = True) -> float:
+    """User + system CPU of ``pid``, its reaped children and its live descendants (or, without
+    ``descendants``, of ``pid`` alone).
 
     A child counts once: live, by its own times; after its parent reaps it, in the parent's
     ``cutime``/``cstime`` (what PostgreSQL's exited backends leave behind).
     """
+    if not descendants:
+        fields = _stat(pid)
+        return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) / TICKS
     total = 0.0
     for current in tree(pid):
         fields = _stat(current)
@@ -100,6 +104,20 @@ def tree_cpu_seconds(pid: int) -> float:
         utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
         total += utime + stime + (cutime + cstime if current == pid else 0)
     return total / TICKS
+
+
+def runqueue_wait_seconds(pid: int, *, descendants: bool = True) -> float:
+    """Seconds the live threads of ``pid`` and of its live descendants (or of ``pid`` alone)
+    have spent runnable but waiting for a core (``/proc/<pid>/task/<tid>/schedstat``, its
+    second field): what the CPU contention of a run cost a process, beside the CPU it used. A
+    thread that has ended takes its figure with it, so compare long-lived processes."""
+    total = 0
+    for process in tree(pid) if descendants else [pid]:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for task in os.scandir(f"/proc/{process}/task"):
+                with contextlib.suppress(OSError):
+                    total += int(Path(task.path, "schedstat").read_text().split()[1])
+    return total / 1e9
 
 
 def pin(pid: int, cores: set[int]) -> None:
