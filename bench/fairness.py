@@ -37,11 +37,14 @@ of a scenario takes a minute or two; its figures mean little); a size given besi
 
 * ``interactive`` (target 3): B's builds at 20/s for ``--seconds`` alone, then beside A's ingest
   of ``--ingest-documents`` one-passage documents through an upload consumer and an embedding
-  consumer at their default nice value (10), all on this machine, the build consumer at 0. Twice:
-  with B's typical policy, and with the knowledge source added (over B's own 20 documents, each
-  build a new question, so each encodes its query). B's phases beside start once A's first
-  document is ready. Target: B's build p99 beside at most 2x alone. Prints the ingest's
-  documents per second during each phase beside.
+  consumer at their default priority (nice 10, SCHED_IDLE), all on this machine, the build
+  consumer at nice 0; A's client in a process of its own. Twice: with B's typical policy, and
+  with the knowledge source added (over B's own 20 documents, each build a new question, so
+  each encodes its query). B's phases beside start once A's first document is ready. Target:
+  B's build p99 beside at most 2x alone. Prints the ingest's documents per second during each
+  phase beside, and where each phase's time went: each process's CPU and run-queue wait, the
+  build consumer's own timings of its records and source reads (its /metrics), and how late
+  the bench's own event loop woke.
 
 * ``huge`` (target 4): A uploads one Markdown document of ``--sections`` short sections (100,000:
   about 3.5 MB) by reference, through the upload consumer's file root (it does not fit a record);
@@ -85,8 +88,8 @@ from bench.corpora import CACHE
 from bench.e2e import Consumer, free_port
 from bench.processes import (
     machine_busy_seconds,
-    nice,
     peak_rss_mb,
+    priority,
     runqueue_wait_seconds,
     start_consumer,
     tree_cpu_seconds,
@@ -439,6 +442,8 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         # the lanes alone: the consumers' lower CPU priority is for builds beside them
         "CONTEXTCORE_UPLOAD_NICE": "0",
         "CONTEXTCORE_EMBED_NICE": "0",
+        "CONTEXTCORE_UPLOAD_CPU_POLICY": "normal",
+        "CONTEXTCORE_EMBED_CPU_POLICY": "normal",
     }
     # the held-out passages (4,500); the flood reuses them past that, each upload a document
     texts = [text.decode() for _, text in passages(args.documents + 20)]
@@ -530,7 +535,8 @@ def service_env(
     """The consumers' environment: none of this shell's ``CONTEXTCORE_`` variables; the bench's
     broker, database (the runtime login), topics and encoder files; a group of its own per
     consumer and no metrics endpoint; then ``settings``, named without ``CONTEXTCORE_``. Every
-    other setting is its default: the upload and embedding consumers' nice value is 10."""
+    other setting is its default: the upload and embedding consumers' nice value is 10 and
+    their CPU policy ``idle``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CONTEXTCORE_")}
     env |= {
         "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": args.bootstrap,
@@ -1009,6 +1015,11 @@ class Usage:
     seconds: float = 0.0
     used: dict[str, tuple[float, float]] = field(default_factory=dict)
     late_ms: list[float] = field(default_factory=list)
+    timed: dict[str, Timed] = field(default_factory=dict)
+    """The build consumer's own histograms over the phase: each record, each source read."""
+
+    def timings(self) -> str:
+        return "; ".join(f"{name} {timed.line()}" for name, timed in self.timed.items())
 
     def line(self, builds: int) -> str:
         parts = [f"{name} {cpu:,.1f} / {wait:,.2f}" for name, (cpu, wait) in self.used.items()]
@@ -1022,11 +1033,71 @@ class Usage:
         )
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One histogram of the build consumer's /metrics, or its change over a phase: how many,
+    their seconds in all, and how many took over 50 and over 100 ms (its bucket bounds)."""
+
+    count: float = 0.0
+    total_s: float = 0.0
+    over_50: float = 0.0
+    over_100: float = 0.0
+
+    def __sub__(self, other: Timed) -> Timed:
+        return Timed(
+            self.count - other.count,
+            self.total_s - other.total_s,
+            self.over_50 - other.over_50,
+            self.over_100 - other.over_100,
+        )
+
+    def line(self) -> str:
+        mean = self.total_s * 1000 / max(1.0, self.count)
+        return (
+            f"{self.count:,.0f}, mean {mean:,.1f} ms, over 50 ms {self.over_50:,.0f}, "
+            f"over 100 ms {self.over_100:,.0f}"
+        )
+
+
+TIMED = {
+    ("contextcore_consumer_record_seconds", "consumer"): "records",
+    ("contextcore_source_read_seconds", "source"): "reads",
+}
+"""The build consumer's histograms ``Usage`` reports, by (metric, label): what they time."""
+
+
+def timed(metrics: str) -> dict[str, Timed]:
+    """``TIMED``'s histograms in a scrape, by what they time and the label's value."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    found: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(metrics):
+        for sample in family.samples:
+            for (metric, label), what in TIMED.items():
+                if sample.name.startswith(metric) and label in sample.labels:
+                    figures = found.setdefault(f"{what} {sample.labels[label]}", {})
+                    suffix, le = sample.name[len(metric) :], sample.labels.get("le")
+                    if suffix in ("_count", "_sum"):
+                        figures[suffix] = sample.value
+                    elif suffix == "_bucket" and le in ("0.05", "0.1"):
+                        figures[le] = sample.value
+    return {
+        name: Timed(
+            f.get("_count", 0.0),
+            f.get("_sum", 0.0),
+            f.get("_count", 0.0) - f.get("0.05", 0.0),
+            f.get("_count", 0.0) - f.get("0.1", 0.0),
+        )
+        for name, f in found.items()
+    }
+
+
 @dataclass
 class Processes:
-    """The processes of a run, by name, for ``Usage``."""
+    """The processes of a run, by name, for ``Usage``; and the build consumer's /metrics."""
 
     pids: dict[str, list[int]]
+    metrics: Callable[[], str]
 
     def sample(self) -> dict[str, tuple[float, float]]:
         """Each process with its descendants, but this bench's without them (its consumers)."""
@@ -1050,6 +1121,7 @@ class Processes:
                 usage.late_ms.append((time.perf_counter() - before - 0.01) * 1000)
 
         before, started = self.sample(), time.perf_counter()
+        timed_before = timed(await asyncio.to_thread(self.metrics))
         ticker = asyncio.create_task(ticks())
         try:
             yield
@@ -1058,6 +1130,8 @@ class Processes:
             after = self.sample()
             usage.seconds = time.perf_counter() - started
             usage.used = {n: (after[n][0] - c, after[n][1] - w) for n, (c, w) in before.items()}
+            timed_after = timed(await asyncio.to_thread(self.metrics))
+            usage.timed = {n: t - timed_before.get(n, Timed()) for n, t in timed_after.items()}
 
 
 @dataclass
@@ -1120,8 +1194,13 @@ async def interactive(url: str, owner_url: str, admin: asyncpg.Connection, args:
         "with knowledge": questioned(b, [q.text for q in corpus.questions]),
     }
     async with fresh_topics(args.bootstrap, build_topics, upload_topics) as (tag, topics):
-        with running(service_env(args, url, tag, topics), "build", "upload", "embed") as started:
-            print("  nice: " + ", ".join(f"{n} consumer {nice(p.pid)}" for n, p in started.items()))
+        port = free_port()
+        env = service_env(args, url, tag, topics, BUILD_METRICS_PORT=str(port))
+        with running(env, "build", "upload", "embed") as started:
+            print(
+                "  priority: "
+                + ", ".join(f"{n} consumer {priority(p.pid)}" for n, p in started.items())
+            )
             async with knowledge_client(args.bootstrap, topics) as b_docs:
                 for n, text in enumerate(texts[:B_DOCUMENTS]):
                     await upload_text(b_docs, b.id, text, n)
@@ -1129,9 +1208,12 @@ async def interactive(url: str, owner_url: str, admin: asyncpg.Connection, args:
             async with build_client(
                 args.bootstrap, topics.build_request, topics.reply_prefix
             ) as builds:
+                others = {"broker": broker_pids(), "postgres": postgres_pids()}
                 processes = Processes(
                     {name: [p.pid] for name, p in started.items()}
-                    | {"broker": broker_pids(), "postgres": postgres_pids(), "bench": [os.getpid()]}
+                    | others
+                    | {"bench": [os.getpid()]},
+                    Consumer(started["build"], port).metrics,
                 )
                 phases, ingest, seconds = await interactive_phases(
                     args, builds, job, turns_by, processes
@@ -1142,8 +1224,10 @@ async def interactive(url: str, owner_url: str, admin: asyncpg.Connection, args:
         beside = phase.beside.latencies(f"B's builds beside A's ingest, {name}")
         print("  " + alone.line())
         print("    " + phase.alone_usage.line(len(phase.alone.ok)))
+        print("    in the build consumer: " + phase.alone_usage.timings())
         print("  " + beside.line())
         print("    " + phase.beside_usage.line(len(phase.beside.ok)))
+        print("    in the build consumer: " + phase.beside_usage.timings())
         print(p99_ratio(alone, beside))
         print(f"  B's requests: alone {phase.alone.answers()}; beside {phase.beside.answers()}")
         if name == "with knowledge":
@@ -1234,9 +1318,17 @@ async def huge(url: str, owner_url: str, admin: asyncpg.Connection, args: Namesp
         await asyncio.to_thread(write_sections, document, args.sections)
         megabytes = document.stat().st_size / 1e6
         async with fresh_topics(args.bootstrap, upload_topics) as (tag, topics):
-            # the pipeline alone, as in ``ingestion``: nice 0
+            # the pipeline alone, as in ``ingestion``: normal priority
             env = service_env(
-                args, url, tag, topics, UPLOAD_FILE_ROOT=root, UPLOAD_NICE="0", EMBED_NICE="0"
+                args,
+                url,
+                tag,
+                topics,
+                UPLOAD_FILE_ROOT=root,
+                UPLOAD_NICE="0",
+                EMBED_NICE="0",
+                UPLOAD_CPU_POLICY="normal",
+                EMBED_CPU_POLICY="normal",
             )
             with running(env, "upload", "embed") as started:
                 alone, beside, outcome = await b_beside_huge(args, topics, a, b, document)

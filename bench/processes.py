@@ -64,6 +64,16 @@ def nice(pid: int) -> int | None:
     return None if fields is None else int(fields[16])
 
 
+def priority(pid: int) -> str:
+    """The process's nice value and, when not the normal one, its scheduling policy."""
+    policies = {getattr(os, name, -1): name for name in ("SCHED_IDLE", "SCHED_BATCH")}
+    try:
+        policy = policies.get(os.sched_getscheduler(pid), "")
+    except OSError:
+        policy = ""
+    return f"nice {nice(pid)}" + (f", {policy}" if policy else "")
+
+
 def _stat(pid: int) -> list[str] | None:
     try:
         text = Path(f"/proc/{pid}/stat").read_text()

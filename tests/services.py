@@ -313,12 +313,14 @@ async def config(services: Services, database: Database, model_cache: Path) -> C
             group_id=f"test-{tag}-build", metrics_port=0, preload_encoder=False
         ),
         database=DatabaseSettings.model_construct(url=database.url),
-        # nice 0: the suite's workers load the machine, and batch consumers at nice 10 beside
-        # them slowed the knowledge tests to their timeouts; the priority has a test of its own
+        # normal priority: the suite's workers load the machine, and batch consumers at nice 10
+        # beside them slowed the knowledge tests to their timeouts; the priority has a test
         upload=UploadSettings.model_construct(
-            group_id=f"test-{tag}-upload", metrics_port=0, nice=0
+            group_id=f"test-{tag}-upload", metrics_port=0, nice=0, cpu_policy="normal"
         ),
-        embed=EmbedSettings.model_construct(group_id=f"test-{tag}-embed", metrics_port=0, nice=0),
+        embed=EmbedSettings.model_construct(
+            group_id=f"test-{tag}-embed", metrics_port=0, nice=0, cpu_policy="normal"
+        ),
         knowledge=KnowledgeSettings.model_construct(cache_dir=model_cache),
         memory=MemorySettings.model_construct(group_id=f"test-{tag}-memory", metrics_port=0),
     )

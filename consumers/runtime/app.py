@@ -59,6 +59,20 @@ OpenJournal = Callable[[], AbstractAsyncContextManager[ServedJournal]]
 log = logging.getLogger("contextcore.consumer")
 
 
+def yield_cpu(settings: ConsumerSettings) -> None:
+    """Lower this process's CPU priority as ``settings`` say (``nice``, ``cpu_policy``). Called
+    before any thread starts: the encoder's threads and the extraction workers inherit it."""
+    if settings.nice:
+        os.nice(settings.nice)
+    if settings.cpu_policy == "idle":
+        if hasattr(os, "SCHED_IDLE"):
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        else:
+            log.warning(
+                "cpu_policy idle needs Linux's SCHED_IDLE: running at nice %d only", settings.nice
+            )
+
+
 class ConsumerApp:
     def __init__(
         self,
@@ -126,8 +140,7 @@ class ConsumerApp:
     async def run(self) -> None:
         """Serve until SIGTERM or SIGINT, then drain and leave the group; spans go over OTLP
         when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (consumers/runtime/tracing.py)."""
-        if self.settings.nice:  # before any thread: the encoder's and the workers inherit it
-            os.nice(self.settings.nice)
+        yield_cpu(self.settings)
         exporting = tracing.export_from_environment(self.name)
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()

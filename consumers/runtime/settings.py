@@ -3,7 +3,7 @@ environment prefix (``CONTEXTCORE_BUILD_``, …), so two consumers on one host n
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -57,6 +57,14 @@ class ConsumerSettings(BaseSettings):
     start, before any thread; the threads and worker processes it starts inherit it): on a
     shared node a batch consumer yields the cores to the build and memory consumers. 0: as
     started. The upload and embedding consumers default to 10 (docs/operations.md, "Fair
+    shares")."""
+    cpu_policy: Literal["normal", "idle"] = "normal"
+    """``idle``: the process runs under Linux's ``SCHED_IDLE``, on the CPU time no process of
+    normal priority wants; a build or memory consumer that wakes takes the core at once, where
+    beside a nice-10 thread it may first wait for that thread's slice. Set at start with
+    ``nice``, inherited the same way; elsewhere than Linux, ``nice`` alone. The price: on a
+    node whose cores are busy all the time the process waits, with its records, until they are
+    not. The upload and embedding consumers default to it (docs/operations.md, "Fair
     shares")."""
     dead_letter_payload_bytes: int = Field(default=64 * 1024, ge=256)
     """A dead letter keeps at most this much of the original record (with its size and sha256)."""

@@ -226,17 +226,30 @@ def niceness(pid: int) -> int:
         return int(stat.read().rsplit(")", 1)[1].split()[16])
 
 
+def policies(pid: int) -> set[int]:
+    """The scheduling policies of every thread of a process (the threads and processes it
+    starts later inherit its own: the kernel's rule)."""
+    return {os.sched_getscheduler(int(thread)) for thread in os.listdir(f"/proc/{pid}/task")}
+
+
 async def test_the_upload_consumer_yields_the_cpu_and_the_build_consumer_does_not(
     config: Config, start_consumer: StartConsumer
 ) -> None:
-    """Issue 33: batch work runs at a lower CPU priority (nice 10 by default) than the
-    interactive path, so on a shared node extraction and encoding yield the cores to builds.
-    (The suite's own config runs them at 0: tests/services.py.)"""
+    """Issue 33: batch work runs at a lower CPU priority (nice 10 and SCHED_IDLE by default)
+    than the interactive path, so on a shared node extraction and encoding yield the cores to
+    builds. (The suite's own config runs them at normal priority: tests/services.py.)"""
     assert UploadSettings.model_fields["nice"].default == 10
     assert EmbedSettings.model_fields["nice"].default == 10
     assert BuildSettings.model_fields["nice"].default == 0
+    assert UploadSettings.model_fields["cpu_policy"].default == "idle"
+    assert EmbedSettings.model_fields["cpu_policy"].default == "idle"
+    assert BuildSettings.model_fields["cpu_policy"].default == "normal"
     ours = niceness(os.getpid())
     build = await start_consumer(config)
-    upload = await start_consumer(config.with_("upload", nice=10), consumer="upload")
+    upload = await start_consumer(
+        config.with_("upload", nice=10, cpu_policy="idle"), consumer="upload"
+    )
     assert niceness(build.process.pid) == ours
     assert niceness(upload.process.pid) == min(ours + 10, 19)
+    assert policies(build.process.pid) == {os.sched_getscheduler(0)}
+    assert policies(upload.process.pid) == {os.SCHED_IDLE}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
 
@@ -26,6 +28,8 @@ class EmbedSettings(ConsumerSettings):
     read_ahead_bytes: int = Field(default=64 * 1024 * 1024, ge=0)
     nice: int = Field(default=10, ge=0, le=19)
     """Batch work: the encoder yields the CPU to builds and memory writes on a shared node."""
+    cpu_policy: Literal["normal", "idle"] = "idle"
+    """And more: only the CPU time they leave (``SCHED_IDLE``; docs/operations.md)."""
     handle_timeout_s: float = Field(default=120.0, gt=0)
     stuck_after_s: float = Field(default=300.0, gt=0)
     fetch_max_wait_ms: int | None = Field(default=100, ge=0, le=10_000)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Self
+from typing import Annotated, Any, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
@@ -29,6 +29,8 @@ class UploadSettings(ConsumerSettings):
     """Inline documents are up to a record each: this bounds what the waiting ones hold."""
     nice: int = Field(default=10, ge=0, le=19)
     """Batch work: extraction yields the CPU to builds and memory writes on a shared node."""
+    cpu_policy: Literal["normal", "idle"] = "idle"
+    """And more: only the CPU time they leave (``SCHED_IDLE``; docs/operations.md)."""
     handle_timeout_s: float = Field(default=300.0, gt=0)
     """Covers a wait for a free extraction worker and a job of its own, each up to
     ``extract_wall_s``, and the reads and writes around them."""
