@@ -51,6 +51,19 @@ def test_every_consumer_is_a_service_on_the_runtime_login_with_a_health_check() 
         assert service["deploy"]["resources"]["limits"]["memory"]
 
 
+def test_batch_consumers_weigh_less_on_a_contended_host() -> None:
+    """Issue 33: the upload and embedding containers' CPU weight is under the build and memory
+    consumers' (the default, 1024): a process's SCHED_IDLE orders only the threads inside its
+    own container."""
+    services = compose()["services"]
+    weights = {
+        service["command"][-1]: service.get("cpu_shares", 1024)
+        for service in services.values()
+        if service.get("command", [])[:2] == ["contextcore", "serve"]
+    }
+    assert max(weights["upload"], weights["embed"]) < min(weights["build"], weights["memory"])
+
+
 def test_only_the_schema_jobs_hold_the_owner_credential() -> None:
     """The provisioning, the migrations and the indexer (CREATE INDEX CONCURRENTLY), never a
     consumer; the indexer holds no runtime credential beside it."""
