@@ -39,6 +39,13 @@ class Book:
         return self.by_organization.get(str(organization_id), NO_QUOTAS)
 
 
+def handler_with(quotas: Book | None) -> BuildHandler:
+    """A build handler over the in-memory service, reading ``quotas`` (none: no reader)."""
+    registry, builder = service()
+    metrics = BuildMetrics.create(CollectorRegistry())
+    return BuildHandler(registry, builder, metrics, reply_topics=REPLY_TOPICS, quotas=quotas)
+
+
 async def statuses(handler: BuildHandler, organization: str, n: int) -> list[str]:
     answers: list[str] = []
     for i in range(n):
@@ -52,15 +59,8 @@ async def statuses(handler: BuildHandler, organization: str, n: int) -> list[str
 
 
 async def test_an_organization_is_throttled_past_its_own_burst_and_another_never() -> None:
-    registry, builder = service()
     book = Book({ORG: Quotas(build_rate=0.001, build_burst=2)})
-    handler = BuildHandler(
-        registry,
-        builder,
-        BuildMetrics.create(CollectorRegistry()),
-        reply_topics=REPLY_TOPICS,
-        quotas=book,
-    )
+    handler = handler_with(book)
     assert await statuses(handler, ORG, 4) == ["ok", "ok", "throttled", "throttled"]
     assert await statuses(handler, OTHER, 4) == ["ok"] * 4
     assert book.reads == 8  # read per request: the reader keeps them (DatabaseQuotas: 5 s)
@@ -70,15 +70,8 @@ async def test_an_organization_is_throttled_past_its_own_burst_and_another_never
 
 
 async def test_a_record_the_screen_cannot_read_is_left_to_the_handler() -> None:
-    registry, builder = service()
     book = Book({ORG: Quotas(build_rate=0.001, build_burst=1)})
-    handler = BuildHandler(
-        registry,
-        builder,
-        BuildMetrics.create(CollectorRegistry()),
-        reply_topics=REPLY_TOPICS,
-        quotas=book,
-    )
+    handler = handler_with(book)
     nameless = message()
     del nameless["request"]["subject"]["organization_id"]
     for value in (b"not json", b"[]", json.dumps(nameless).encode()):
@@ -87,10 +80,7 @@ async def test_a_record_the_screen_cannot_read_is_left_to_the_handler() -> None:
 
 
 async def test_without_a_quota_reader_nothing_is_throttled() -> None:
-    registry, builder = service()
-    handler = BuildHandler(
-        registry, builder, BuildMetrics.create(CollectorRegistry()), reply_topics=REPLY_TOPICS
-    )
+    handler = handler_with(None)
     assert await statuses(handler, ORG, 20) == ["ok"] * 20
     assert handler.quotas is None
 
