@@ -253,24 +253,30 @@ A company's lifecycle stage in the CRM moves from lead to customer when a deal i
 
 
 async def upload_all(
-    config: Config, *documents: tuple[uuid.UUID | None, str, str]
+    config: Config, *documents: tuple[uuid.UUID | None, str, str], failed_too: bool = False
 ) -> list[UploadStatusV1]:
-    """(organization or None for the platform, uri, markdown) each, until ready, titled by its
-    first heading; their final statuses."""
+    """(organization or None for the platform, uri, markdown) each, one after the other, titled
+    by its first heading; their final statuses: ready, or (``failed_too``) whatever ended it."""
     client = await client_for(config)
+    statuses = []
     try:
-        return [
-            await client.upload(
-                organization_id=organization,
-                title=text.splitlines()[0].lstrip("# "),
-                media_type="text/markdown",
-                uri=uri,
-                content=text,
-            )
-            for organization, uri, text in documents
-        ]
+        for organization, uri, text in documents:
+            try:
+                status = await client.upload(
+                    organization_id=organization,
+                    title=text.splitlines()[0].lstrip("# "),
+                    media_type="text/markdown",
+                    uri=uri,
+                    content=text,
+                )
+            except UploadFailed as failed:
+                if not failed_too:
+                    raise
+                status = failed.status
+            statuses.append(status)
     finally:
         await client.close()
+    return statuses
 
 
 async def until_ready(config: Config, *scope: str) -> None:

@@ -19,11 +19,9 @@ from contextcore.memory.service import MemoryService, Write, remember_write
 from contextcore.memory.store import PostgresMemoryJournal, apply
 from contextcore.quotas import Quotas
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
-from producers.knowledge import UploadFailed
 from producers.memory import MemoryClient
 from schemas.memory import Invoker, MemoryCandidate, Refusal, Written
-from schemas.upload import UploadStatusV1
-from tests.integration.test_knowledge_admin import client_for, start_pipeline
+from tests.integration.test_knowledge_admin import start_pipeline, upload_all
 from tests.integration.test_knowledge_pipeline import HANDBOOK, ORG_A, ORG_B
 from tests.services import Config, Database, StartConsumer
 
@@ -51,31 +49,6 @@ async def organizations(admin: asyncpg.Connection) -> None:
     )
 
 
-async def upload_all(
-    config: Config, *documents: tuple[uuid.UUID, str, str]
-) -> list[UploadStatusV1]:
-    """(organization, uri, markdown) each, one after the other; each one's final status, ready
-    or not."""
-    client = await client_for(config)
-    statuses = []
-    try:
-        for organization, uri, text in documents:
-            try:
-                status = await client.upload(
-                    organization_id=organization,
-                    title=text.splitlines()[0].lstrip("# "),
-                    media_type="text/markdown",
-                    uri=uri,
-                    content=text,
-                )
-            except UploadFailed as failed:
-                status = failed.status
-            statuses.append(status)
-    finally:
-        await client.close()
-    return statuses
-
-
 async def chunks_of(admin: asyncpg.Connection, organization: uuid.UUID) -> int:
     count: int = await admin.fetchval(
         "SELECT count(*) FROM knowledge_chunks WHERE organization_id = $1", organization
@@ -96,7 +69,10 @@ async def test_upload_quotas_refuse_with_the_quota_named_and_store_nothing(
     # quota, stores the same document
     await set_quotas(owner, ORG_A, chunks_per_document=2)
     ours, theirs = await upload_all(
-        config, (ORG_A, "docs://handbook", HANDBOOK), (ORG_B, "docs://handbook", HANDBOOK)
+        config,
+        (ORG_A, "docs://handbook", HANDBOOK),
+        (ORG_B, "docs://handbook", HANDBOOK),
+        failed_too=True,
     )
     assert ours.status == "failed"
     assert "chunks_per_document" in (ours.reason or ""), ours
@@ -110,6 +86,7 @@ async def test_upload_quotas_refuse_with_the_quota_named_and_store_nothing(
         (ORG_A, "docs://faq", FAQ),
         (ORG_A, "docs://handbook", HANDBOOK),
         (ORG_A, "docs://note", NOTE),
+        failed_too=True,
     )
     assert (faq.status, handbook.status) == ("ready", "ready"), (faq, handbook)
     assert note.status == "failed"
@@ -127,13 +104,13 @@ async def test_upload_quotas_refuse_with_the_quota_named_and_store_nothing(
         uuid.uuid4(),
         ORG_A,
     )
-    [rejected] = await upload_all(config, (ORG_A, "docs://later", NOTE))
+    [rejected] = await upload_all(config, (ORG_A, "docs://later", NOTE), failed_too=True)
     assert rejected.status == "rejected"
     assert "uploads_in_flight" in (rejected.reason or ""), rejected
     assert not await admin.fetchval(
         "SELECT count(*) FROM knowledge_sources WHERE uri = 'docs://later'"
     )
-    [b_note] = await upload_all(config, (ORG_B, "docs://note", NOTE))
+    [b_note] = await upload_all(config, (ORG_B, "docs://note", NOTE), failed_too=True)
     assert b_note.status == "ready"
 
 
