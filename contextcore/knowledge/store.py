@@ -768,8 +768,8 @@ class PostgresKnowledgeRepository:
                 started = await restart_generation(tenant, source_id, key, reply_to, correlation_id)
             state = await source(tenant, source_id)
             live, switching = await models(tenant)
-            quotas = await _quotas(tenant, organization_id)
-        return Opened(claimed, started, state, live, switching, quotas)
+        # no quotas: a re-ingestion cuts the sections its upload stored, within them then
+        return Opened(claimed, started, state, live, switching)
 
     async def source(self, organization_id: UUID | None, source_id: UUID) -> SourceState | None:
         async with self.database.writing(_scope(organization_id)) as tenant:
