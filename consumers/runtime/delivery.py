@@ -39,7 +39,9 @@ the partition stuck.
 Many records are in flight at once (``max_in_flight``). Records received beyond them wait in
 lanes, one per organization (:mod:`consumers.runtime.lanes`), up to ``read_ahead`` records and
 ``read_ahead_bytes``; a free slot takes the next lane in turn, so one tenant's flood does not
-hold another tenant's record that arrived behind it. A handler may screen a record on its
+hold another tenant's record that arrived behind it. With every slot busy, a record of an
+organization with none running takes one of ``quiet_slots`` spares at once: a quiet tenant
+does not wait for a slot of the flood to free. A handler may screen a record on its
 receipt (:data:`Screen`): a reply it gives there is published beside the slots, so a flood the
 handler refuses (a tenant over its rate) never fills the lanes. Each waiting record is tracked
 from its receipt, so no commit passes it. When the lanes are full, :meth:`Delivery.submit`
@@ -53,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -69,7 +72,7 @@ from consumers.runtime import logs, tracing
 from consumers.runtime.decoding import REPLY_TO_REFUSED
 from consumers.runtime.gate import SoloGate
 from consumers.runtime.journal import NoJournal, Start, StartJournal
-from consumers.runtime.lanes import Lanes
+from consumers.runtime.lanes import Lanes, lane_of
 from consumers.runtime.letters import dead_letter
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
@@ -188,6 +191,8 @@ class Delivery:
         self.sleep = sleep
         self.in_flight = InFlight()
         self._free = settings.max_in_flight  # slots not running a record
+        self._spare = settings.quiet_slots  # free slots for a lane with nothing running
+        self._busy: Counter[str] = Counter()  # records running, by lane
         self._waiting = Lanes()  # received, tracked, not started
         self._room = asyncio.Event()  # set when a waiting record started or was forgotten
         self._tasks: dict[TopicPartition, set[asyncio.Task[None]]] = {}
@@ -411,9 +416,16 @@ class Delivery:
         task.add_done_callback(running.discard)
 
     def _dispatch(self) -> None:
-        """Start waiting records, lane by lane in turn, while a slot is free."""
-        while self._free > 0 and not self._closing:
-            record = self._waiting.take()
+        """Start waiting records, lane by lane in turn, while a slot is free; with every slot
+        busy, a record of a lane with nothing running takes a spare (``quiet_slots``)."""
+        while not self._closing:
+            spare = self._free == 0
+            if not spare:
+                record = self._waiting.take()
+            elif self._spare > 0:
+                record = self._waiting.take_quiet(self._busy)
+            else:
+                break
             if record is None:
                 break
             self._room.set()
@@ -421,15 +433,22 @@ class Delivery:
             tracker = self.in_flight.tracker(partition)
             if tracker is None:  # revoked while it waited
                 continue
-            self._free -= 1
+            if spare:
+                self._spare -= 1
+            else:
+                self._free -= 1
+            lane = lane_of(record)
+            self._busy[lane] += 1
             self._in_flight.inc()
-            task = asyncio.create_task(self._run(record, tracker))
+            task = asyncio.create_task(self._run(record, tracker, lane, spare))
             running = self._tasks.setdefault(partition, set())
             running.add(task)
             task.add_done_callback(running.discard)
         self._waiting_gauge.set(len(self._waiting))
 
-    async def _run(self, record: Inbound, tracker: PartitionTracker) -> None:
+    async def _run(
+        self, record: Inbound, tracker: PartitionTracker, lane: str, spare: bool
+    ) -> None:
         started = self.clock()
         logs.about_record(record.position)  # this task's log lines name the record
         try:
@@ -442,7 +461,13 @@ class Delivery:
             log.exception("%s: no outcome for %s", self.consumer, record.position)
             return
         finally:
-            self._free += 1
+            if spare:
+                self._spare += 1
+            else:
+                self._free += 1
+            self._busy[lane] -= 1
+            if not self._busy[lane]:
+                del self._busy[lane]
             self._in_flight.dec()
             self._dispatch()
         self._record_seconds.observe(self.clock() - started)

@@ -179,7 +179,8 @@ SELECT contextcore_journal_prune($1::interval, $2)
 """
 
 STARTS_PER_STATEMENT = 10_000
-"""The most starts the function takes in one call (``max_in_flight`` is at most as many)."""
+"""The most starts the function takes in one call (``max_in_flight`` is at most as many; with
+the ``quiet_slots`` beside them, the rest go in a second call)."""
 
 
 async def prune(

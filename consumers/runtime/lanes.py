@@ -14,7 +14,7 @@ and the bytes held are the caller's to bound (:class:`~consumers.runtime.deliver
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 
 from broker.lanes import HEADER_ORGANIZATION
 from consumers.runtime.records import Inbound
@@ -55,7 +55,18 @@ class Lanes:
         """The head of the next lane in turn; that lane goes to the back while it has more."""
         if not self._lanes:
             return None
-        lane, queue = next(iter(self._lanes.items()))
+        return self._pop(next(iter(self._lanes)))
+
+    def take_quiet(self, busy: Container[str]) -> Inbound | None:
+        """The head of the next lane in turn that is not ``busy`` (a lane with a record
+        running), or ``None``. Looks past at most as many lanes as are busy."""
+        for lane in self._lanes:
+            if lane not in busy:
+                return self._pop(lane)
+        return None
+
+    def _pop(self, lane: str) -> Inbound:
+        queue = self._lanes[lane]
         record = queue.popleft()
         if queue:
             self._lanes.move_to_end(lane)

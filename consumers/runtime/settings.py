@@ -17,6 +17,10 @@ class ConsumerSettings(BaseSettings):
     """Port of ``/metrics``, ``/healthz`` and ``/readyz``; 0 turns the endpoint off."""
     max_in_flight: int = Field(default=64, ge=1, le=10_000)
     """Records handled at once by one process; more wait in lanes (``read_ahead``)."""
+    quiet_slots: int = Field(default=4, ge=0, le=1_000)
+    """Slots beyond ``max_in_flight`` that only a record of an organization with none running
+    may take: with every slot busy with one tenant's flood, another tenant's first record
+    starts at once, not after one of the flood's (issue 33). 0: none."""
     read_ahead: int = Field(default=1_000, ge=0, le=100_000)
     """Records received and not started yet, at most, besides the ``max_in_flight`` running:
     they wait in one lane per organization and a free slot takes the lanes in turn, so a

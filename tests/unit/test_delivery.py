@@ -355,7 +355,7 @@ async def test_a_tenant_behind_anothers_flood_starts_within_a_turn_and_commits_w
     starts after one more of A's, not after all twenty. Its commit waits for A's below it."""
     handler = Scripted(reply)
     handler.hold(0, 21)
-    rig = Rig(handler, max_in_flight=1, read_ahead=100)
+    rig = Rig(handler, max_in_flight=1, read_ahead=100, quiet_slots=0)
     for offset in range(21):
         await rig.delivery.submit(record(offset, headers=of("a")))
     await rig.delivery.submit(record(21, headers=of("b")))
@@ -370,6 +370,34 @@ async def test_a_tenant_behind_anothers_flood_starts_within_a_turn_and_commits_w
     assert handler.seen[:4] == [0, 1, 21, 2]
     assert sorted(handler.seen) == list(range(22))
     assert rig.committer.last() == 22
+    await rig.close()
+
+
+async def test_a_tenant_with_nothing_running_takes_a_spare_slot_and_a_busy_one_never() -> None:
+    """Issue 33: one slot, busy with A's record, twenty more of A's waiting; B's first record
+    starts at once in the one spare slot (B has none running), where A's, with one running,
+    never start. C's, with the spare taken, waits for a slot in turn."""
+    handler = Scripted(reply)
+    handler.hold(0, 21, 22)
+    rig = Rig(handler, max_in_flight=1, read_ahead=100, quiet_slots=1)
+    for offset in range(21):
+        await rig.delivery.submit(record(offset, headers=of("a")))
+    await rig.delivery.submit(record(21, headers=of("b")))
+    await rig.delivery.submit(record(22, headers=of("c")))
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert handler.seen == [0, 21]  # B beside A's, in the spare; C's waits, and A's
+    assert len(rig.delivery._waiting) == 21
+    handler.gates[0].set()  # the slot: A's next in turn, then C's
+    for _ in range(50):
+        await asyncio.sleep(0)
+    assert handler.seen == [0, 21, 1, 22]
+    handler.gates[21].set()
+    handler.gates[22].set()
+    await rig.settle()
+    assert sorted(handler.seen) == list(range(23))
+    assert rig.committer.last() == 23
+    assert (rig.delivery._free, rig.delivery._spare, rig.delivery._busy) == (1, 1, {})
     await rig.close()
 
 
