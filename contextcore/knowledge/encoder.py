@@ -66,15 +66,21 @@ Backend = Literal["openvino", "onnx", "torch"]
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 CALL_COST_TOKENS = 64
 """What one more model call costs, in padded tokens (0 to 512 measured alike here)."""
-OPENVINO_CONFIG = {"CPU_RUNTIME_CACHE_CAPACITY": "64"}
-"""OpenVINO's CPU plugin keeps the kernels it compiled for each input shape it has seen (5,000
+OPENVINO_CONFIG = {"CPU_RUNTIME_CACHE_CAPACITY": "64", "ENABLE_CPU_PINNING": "NO"}
+"""Threads free to run on any core: an encode splits over every core and, pinned, waits for the
+busiest one. 15 long passages took p50 255 / 861 / 1,128 ms pinned (alone, beside two busy
+processes, beside three) and 272 / 748 / 903 ms unpinned; 64 of them 1,022 / 2,664 / 3,576 and
+1,043 / 2,452 / 3,019 ms (``python -m bench.contention``; this 2-core VM, avx512_bf16, no AMX).
+On a shared node an encoder is never alone.
+
+OpenVINO's CPU plugin keeps the kernels it compiled for each input shape it has seen (5,000
 by default), and documents come in every length: an embedding consumer's RSS grew from 769 to
 979 MB over a ten-minute soak and did not level off. A bounded cache holds it (1,500 calls of
 random shapes: 64 shapes 600 -> 848 MB in 33.5 s, 200 shapes 870 MB in 34.2 s; unbounded 1,210
 MB and climbing, 30.4 s; no cache 40.9 s). The encoders call the model at few shapes
 (:data:`LENGTH_STEP`), so every kernel they need stays in it."""
 
-QUERY_CONFIG = OPENVINO_CONFIG | {"INFERENCE_NUM_THREADS": "1", "ENABLE_CPU_PINNING": "NO"}
+QUERY_CONFIG = OPENVINO_CONFIG | {"INFERENCE_NUM_THREADS": "1"}
 """The query encoder's (the build consumer's): one query on one thread, free to run on any core.
 By default OpenVINO splits each inference over every core and pins its threads to them, so a
 query waits for the busiest core: beside three busy processes on this 2-core VM one query's

@@ -50,11 +50,15 @@ class CoalescingEncoder:
     encode takes the lanes in turn: a tenant's batch behind another's flood rides the next
     encode, not the one after the flood (issue 33). One lane's calls keep their order.
 
-    A light lane (at most a quarter of an encode waiting) beside a heavy one goes first, in an
-    encode of the light lanes alone: an encode's time grows with its texts, so a tenant's one
-    passage is not held for a full encode of another's flood (beside 5,000 documents, that was
-    a second more for every small upload). At most every other encode is light: the heavy
-    lanes get at least half of the encodes whatever the light traffic."""
+    A light lane (at most a quarter of an encode waiting, and at most a quarter of the heaviest
+    lane's texts) beside a heavier one goes first, in an encode of the light lanes alone: an
+    encode's time grows with its texts, so a tenant's one passage is not held for a full encode
+    of another's flood (beside 5,000 documents, that was a second more for every small upload).
+    Relative, not only absolute: a flood's lane holds only its batches in flight (16 slots of
+    one or two passages), often under a quarter of an encode, and a small upload beside it
+    still rode a merged encode (about 900 ms on a busy 2-core node, its own alone a tenth of
+    that). At most every other encode is light: the heavy lanes get at least half of the
+    encodes whatever the light traffic."""
 
     def __init__(self, encoder: Encoder, max_texts: int = 64) -> None:
         self.encoder = encoder
@@ -79,8 +83,10 @@ class CoalescingEncoder:
         """The calls of the next encode: the head of each lane in turn, while they fit; only
         the light lanes' when some are light and some heavy (not twice in a row)."""
         lanes = list(self._waiting)
-        if not self._last_was_light:
-            light = [lane for lane in lanes if self._texts_waiting(lane) <= self.light_texts]
+        if not self._last_was_light and len(lanes) > 1:
+            waiting = {lane: self._texts_waiting(lane) for lane in lanes}
+            limit = min(self.light_texts, max(waiting.values()) // 4)
+            light = [lane for lane in lanes if waiting[lane] <= limit]
             if light and len(light) < len(lanes):
                 lanes = light
         self._last_was_light = len(lanes) < len(self._waiting)

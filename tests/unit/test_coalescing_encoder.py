@@ -119,3 +119,32 @@ async def test_light_lanes_go_first_but_never_twice_in_a_row_while_a_heavy_one_w
     assert next_texts() == ["e0"]
     assert next_texts() == ["a1", "a1", "a2", "a2"]
     assert next_texts() == ["a3", "a3", "a4", "a4"]  # only A left: it is not light
+
+
+async def test_a_lane_a_quarter_of_the_heaviest_is_light_even_when_both_are_small() -> None:
+    """A flood's lane holds only its batches in flight, often under a quarter of an encode:
+    beside it a lane of a quarter of its texts or fewer still goes alone; lanes alike share."""
+    encoder = CoalescingEncoder(Recording(), max_texts=64)  # light: 16 texts at most
+    loop = asyncio.get_running_loop()
+
+    def wait(lane: str, *texts: str) -> None:
+        encoder._waiting.setdefault(lane, deque()).append((list(texts), loop.create_future()))
+
+    def next_texts() -> list[str]:
+        return [t for texts, _ in encoder._next_encode() for t in texts]
+
+    for i in range(13):
+        wait("A", f"a{i}")
+    wait("B", "b0", "b0")
+    wait("C", "c0", "c0", "c0", "c0")  # more than 13 // 4: merged with A's
+    assert next_texts() == ["b0", "b0"]  # B alone: 2 <= 13 // 4
+    # C's 4 texts are over a quarter of A's 13: C is merged with A, in turn, and not light
+    assert next_texts() == ["a0", "c0", "c0", "c0", "c0", *(f"a{i}" for i in range(1, 13))]
+    for i in range(4):
+        wait("D", f"d{i}")
+    wait("E", "e0")
+    assert next_texts() == ["e0"]  # 1 <= 4 // 4
+    assert next_texts() == ["d0", "d1", "d2", "d3"]
+    wait("F", "f0")
+    wait("G", "g0")
+    assert next_texts() == ["f0", "g0"]  # alike: neither is light, they share
