@@ -802,12 +802,17 @@ class Flood:
     org: Org
     rate: float
     seconds: float
+    idle: bool = False
+    """The sender under ``SCHED_IDLE`` (``--flood-idle``): on the CPU no other process wants,
+    as if it ran on a machine of its own."""
 
 
 def flood_main(flood: Flood, channel: Connection) -> None:
     """The flood process: sends ``ready`` once its client is, floods at the parent's word, and
     sends back its ``Tally`` once every request is answered or timed out, with the CPU seconds
     it used from the word on."""
+    if flood.idle:  # before any thread: each inherits it
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     channel.send(asyncio.run(send_flood(flood, channel)))
 
 
@@ -957,6 +962,7 @@ async def builds(url: str, owner_url: str, admin: asyncpg.Connection, args: Name
                 a,
                 FLOOD * capacity,
                 args.seconds,
+                args.flood_idle,
             )
             pid = started["build"].pid
             alone, beside, a_tally, load = await b_beside_a(args, topics, b, flood, pid)
@@ -970,7 +976,8 @@ async def builds(url: str, owner_url: str, admin: asyncpg.Connection, args: Name
     print(p99_ratio(b_alone, b_beside))
     print(f"  B's requests: alone {alone.answers()}; beside {beside.answers()}")
     print(
-        f"  A's flood, {flood.rate:,.0f}/s for {flood.seconds:g} s, quota build_rate {rate:g}/s "
+        f"  A's flood, {flood.rate:,.0f}/s for {flood.seconds:g} s"
+        f"{' (its sender under SCHED_IDLE)' if flood.idle else ''}, quota build_rate {rate:g}/s "
         f"(burst {burst}): {a_tally.answers()}"
     )
     print(
@@ -1452,6 +1459,12 @@ def arguments() -> Namespace:
         type=float,
         default=QUOTA_SHARE,
         help=f"builds: A's quota build_rate, a share of the capacity measured ({QUOTA_SHARE:g})",
+    )
+    parser.add_argument(
+        "--flood-idle",
+        action="store_true",
+        help="builds: A's flood sender under SCHED_IDLE, as if on a machine of its own (a "
+        "diagnostic of what the sender takes from two cores; the target's figure is without it)",
     )
     args = parser.parse_args()
     if args.quick:  # the quick sizes, unless given
