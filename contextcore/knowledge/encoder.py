@@ -68,9 +68,10 @@ CALL_COST_TOKENS = 64
 """What one more model call costs, in padded tokens (0 to 512 measured alike here)."""
 OPENVINO_CONFIG = {"CPU_RUNTIME_CACHE_CAPACITY": "64", "ENABLE_CPU_PINNING": "NO"}
 """Threads free to run on any core: an encode splits over every core and, pinned, waits for the
-busiest one. 15 long passages took p50 255 / 861 / 1,128 ms pinned (alone, beside two busy
-processes, beside three) and 272 / 748 / 903 ms unpinned; 64 of them 1,022 / 2,664 / 3,576 and
-1,043 / 2,452 / 3,019 ms (``python -m bench.contention``; this 2-core VM, avx512_bf16, no AMX).
+busiest one. 15 long passages took p50 292 / 891 / 1,028 ms pinned (alone, beside two busy
+processes, beside three) and 247 / 736 / 916 ms free; 64 of them 1,163 / 2,568 / 3,452 and
+897 / 2,445 / 2,764 ms (``python -m bench.contention``, one run; this 2-core VM, avx512_bf16,
+no AMX).
 On a shared node an encoder is never alone.
 
 OpenVINO's CPU plugin keeps the kernels it compiled for each input shape it has seen (5,000

@@ -56,9 +56,9 @@ class CoalescingEncoder:
     of another's flood (beside 5,000 documents, that was a second more for every small upload).
     Relative, not only absolute: a flood's lane holds only its batches in flight (16 slots of
     one or two passages), often under a quarter of an encode, and a small upload beside it
-    still rode a merged encode (about 900 ms on a busy 2-core node, its own alone a tenth of
-    that). At most every other encode is light: the heavy lanes get at least half of the
-    encodes whatever the light traffic."""
+    still rode a merged encode (about 900 ms on a busy 2-core node; an encode of its own
+    passages takes a tenth of that). At most every other encode is light: the heavy lanes get
+    at least half of the encodes whatever the light traffic."""
 
     def __init__(self, encoder: Encoder, max_texts: int = 64) -> None:
         self.encoder = encoder
