@@ -6,7 +6,7 @@ import asyncio
 import json
 import socket
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -171,6 +171,41 @@ async def read_json(
     return [json.loads(record.value) for record in records]
 
 
+async def settled(
+    client: Librdkafka,
+    bootstrap: str,
+    dead_letters: str,
+    sent: Mapping[str, tuple[int, int]],
+    *,
+    timeout: float = 60.0,
+) -> tuple[set[str], list[dict[str, Any]]]:
+    """The correlation ids of ``sent`` that ``client`` got a reply to, and the dead letters on
+    ``dead_letters``, once each sent record (its correlation id: its partition and offset) has
+    one or the other. Waited for, not counted when the last call returned: a consumer runs
+    several records at once, so a record's reply may come after a later record's."""
+    reader = await assigned_reader(bootstrap, dead_letters)
+    letters: list[dict[str, Any]] = []
+    unsettled: list[str] = []
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                answered = {cid for cid in client.replies if cid in sent}
+                parked = {(letter["partition"], letter["offset"]) for letter in letters}
+                unsettled = [c for c, at in sent.items() if c not in answered and at not in parked]
+                if not unsettled:
+                    return answered, letters
+                for batch in (await reader.getmany(timeout_ms=200)).values():
+                    letters.extend(json.loads(record.value or b"null") for record in batch)
+                await asyncio.to_thread(client.collect, 0.2)
+    except TimeoutError:
+        raise AssertionError(
+            f"{len(unsettled)} of {len(sent)} records neither answered nor dead-lettered in "
+            f"{timeout:.0f} s: {[(c, sent[c]) for c in unsettled][:20]}"
+        ) from None
+    finally:
+        await reader.stop()
+
+
 async def run(*command: str, env: dict[str, str], timeout: float = 120) -> tuple[int, str, str]:
     """A command's exit status, stdout and stderr."""
     process = await asyncio.create_subprocess_exec(
@@ -293,11 +328,20 @@ class Librdkafka:
         while correlation_id not in self.replies:
             remaining = deadline - time.monotonic()
             assert remaining > 0, f"no reply to {correlation_id} within {timeout} s"
-            message = self.reader.poll(min(remaining, 0.2))
-            if message is not None and message.error() is None:
-                reply = json.loads(message.value() or b"null")
-                self.replies[reply["correlation_id"]] = reply
+            self._read_one(min(remaining, 0.2))
         return self.replies[correlation_id]
+
+    def collect(self, seconds: float) -> None:
+        """Keep the replies that arrive within ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            self._read_one(min(remaining, 0.2))
+
+    def _read_one(self, timeout: float) -> None:
+        message = self.reader.poll(timeout)
+        if message is not None and message.error() is None:
+            reply = json.loads(message.value() or b"null")
+            self.replies[reply["correlation_id"]] = reply
 
     def close(self) -> None:
         self.reader.close()
