@@ -401,23 +401,17 @@ class StagedClient(KnowledgeClient):
     async def staged(self, organization: uuid.UUID, text: str, n: int) -> tuple[float, float]:
         """Milliseconds from the upload of ``text`` to its first status, and to ``ready``."""
         started = time.perf_counter()
-        status = await self.upload(
-            organization_id=organization,
-            title=f"doc {n}",
-            media_type="text/plain",
-            uri=f"bench://{n}",
-            content=text,
-            timeout=3_600,
-        )
+        status = await upload_numbered(self, organization, text, n)
         first = self.first_status.pop(status.correlation_id, math.nan)
         return (first - started) * 1000, (time.perf_counter() - started) * 1000
 
 
-async def upload_text(client: KnowledgeClient, organization: uuid.UUID, text: str, n: int) -> float:
-    """Milliseconds from the upload of ``text``, document ``n`` of ``organization``, to its
-    ``ready`` (a failed or rejected upload raises)."""
-    started = time.perf_counter()
-    await client.upload(
+async def upload_numbered(
+    client: KnowledgeClient, organization: uuid.UUID, text: str, n: int
+) -> UploadStatusV1:
+    """``text`` uploaded as document ``n`` of ``organization``; its ``ready`` status (a failed
+    or rejected upload raises)."""
+    return await client.upload(
         organization_id=organization,
         title=f"doc {n}",
         media_type="text/plain",
@@ -425,6 +419,13 @@ async def upload_text(client: KnowledgeClient, organization: uuid.UUID, text: st
         content=text,
         timeout=3_600,
     )
+
+
+async def upload_text(client: KnowledgeClient, organization: uuid.UUID, text: str, n: int) -> float:
+    """Milliseconds from the upload of ``text``, document ``n`` of ``organization``, to its
+    ``ready``."""
+    started = time.perf_counter()
+    await upload_numbered(client, organization, text, n)
     return (time.perf_counter() - started) * 1000
 
 

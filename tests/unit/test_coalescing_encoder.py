@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -97,9 +97,12 @@ async def test_the_next_encode_takes_each_lane_in_turn_so_one_tenant_never_waits
     ]
 
 
-async def test_light_lanes_go_first_but_never_twice_in_a_row_while_a_heavy_one_waits() -> None:
-    """The heavy lanes get at least every other encode, however much light traffic comes."""
-    encoder = CoalescingEncoder(Recording(), max_texts=4)  # light: one text waiting at most
+def by_hand(
+    max_texts: int,
+) -> tuple[Callable[..., None], Callable[[], list[str]]]:
+    """An encoder whose waiting calls a test sets by hand (``wait(lane, *texts)``), and the
+    texts of each next encode it would run (``next_texts()``), none of them run."""
+    encoder = CoalescingEncoder(Recording(), max_texts=max_texts)
     loop = asyncio.get_running_loop()
 
     def wait(lane: str, *texts: str) -> None:
@@ -107,6 +110,13 @@ async def test_light_lanes_go_first_but_never_twice_in_a_row_while_a_heavy_one_w
 
     def next_texts() -> list[str]:
         return [t for texts, _ in encoder._next_encode() for t in texts]
+
+    return wait, next_texts
+
+
+async def test_light_lanes_go_first_but_never_twice_in_a_row_while_a_heavy_one_waits() -> None:
+    """The heavy lanes get at least every other encode, however much light traffic comes."""
+    wait, next_texts = by_hand(max_texts=4)  # light: one text waiting at most
 
     for i in range(5):
         wait("A", f"a{i}", f"a{i}")
@@ -124,14 +134,7 @@ async def test_light_lanes_go_first_but_never_twice_in_a_row_while_a_heavy_one_w
 async def test_a_lane_a_quarter_of_the_heaviest_is_light_even_when_both_are_small() -> None:
     """A flood's lane holds only its batches in flight, often under a quarter of an encode:
     beside it a lane of a quarter of its texts or fewer still goes alone; lanes alike share."""
-    encoder = CoalescingEncoder(Recording(), max_texts=64)  # light: 16 texts at most
-    loop = asyncio.get_running_loop()
-
-    def wait(lane: str, *texts: str) -> None:
-        encoder._waiting.setdefault(lane, deque()).append((list(texts), loop.create_future()))
-
-    def next_texts() -> list[str]:
-        return [t for texts, _ in encoder._next_encode() for t in texts]
+    wait, next_texts = by_hand(max_texts=64)  # light: 16 texts at most
 
     for i in range(13):
         wait("A", f"a{i}")
