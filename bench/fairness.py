@@ -4,7 +4,8 @@ alone, then beside organization A's flood, in one run, and prints both and their
     python -m bench.fairness [--only erasure|ingestion|builds|interactive|huge] [--quick]
                              [--seconds 8] [--revisions 10000] [--rate 50] [--documents 5000]
                              [--capacity-seconds 5] [--ingest-documents 2000]
-                             [--sections 100000]
+                             [--sections 100000] [--flood 3] [--quota-share 0.25]
+                             [--flood-idle]
 
 Without ``--only``, every scenario, in this order. ``--quick`` shrinks every size (a smoke run
 of a scenario takes a minute or two; its figures mean little); a size given beside it wins.
@@ -24,7 +25,9 @@ of a scenario takes a minute or two; its figures mean little); a size given besi
   upload-to-``ready`` alone and beside A's flood; A's documents per second alone and beside B.
   Target: B beside at most twice B alone plus the longest single encode of the flood (printed:
   an encode of as many of the flood's passages as one encode merges, on this machine, with the
-  consumers stopped); A's rate beside at least 0.9 of A's alone.
+  consumers stopped); A's rate beside at least 0.9 of A's alone. Also printed: the encodes
+  that ran while B's uploads did (the embedding consumer's ``contextcore_embed_encode_seconds``),
+  and B against the same bound with the longest of them at the speed it ran beside the flood.
 
 * ``builds`` (target 2): first what one build consumer process sustains: A's typical builds
   (the demo's five sources), 32 always waiting, for ``--capacity-seconds``, on a consumer of its
@@ -32,10 +35,12 @@ of a scenario takes a minute or two; its figures mean little); a size given besi
   worth: ``contextcore quota``, set before the next consumer starts, as it keeps quotas 5 s), so
   that A's admitted builds and B's fit in one process. On a fresh consumer, B sends 10 typical
   builds a second for ``--seconds`` alone, then beside A's flood at three times the sustained
-  rate, sent by A's own client in a process of its own (as a tenant's service is). Target: B's
-  p99 beside at most 2x alone, every request of B's answered; A's excess answered at once
-  ``throttled`` with ``retry_after_ms``, and counted per organization in the consumer's
-  ``contextcore_build_throttled_total`` (printed from its /metrics).
+  rate (``--flood``), sent by A's own client in a process of its own (as a tenant's service is).
+  Target: B's p99 beside at most 2x alone, every request of B's answered; A's excess answered at
+  once ``throttled`` with ``retry_after_ms``, and counted per organization in the consumer's
+  ``contextcore_build_throttled_total`` (printed from its /metrics). Then a control: B beside
+  processes that burn as much CPU as the flood added and send nothing, so the ratio beside the
+  flood reads against what that much CPU taken costs B whoever takes it.
 
 * ``interactive`` (target 3): B's builds at 20/s for ``--seconds`` alone, then beside A's ingest
   of ``--ingest-documents`` one-passage documents through an upload consumer and an embedding
@@ -90,6 +95,7 @@ from admin.quotas import set_quotas
 from bench.corpora import CACHE
 from bench.e2e import Consumer, free_port
 from bench.processes import (
+    burning,
     machine_busy_seconds,
     peak_rss_mb,
     priority,
@@ -446,6 +452,48 @@ def longest_encode_ms(passages: list[str]) -> float:
     return (time.perf_counter() - started) * 1000
 
 
+@dataclass(frozen=True)
+class Encodes:
+    """The embedding consumer's model calls between two scrapes of its /metrics
+    (``contextcore_embed_encode_seconds``): how many, and the bucket of the longest, as the
+    calls ran, beside everything else on the machine."""
+
+    count: float
+    longest_s: tuple[float, float]
+    """The longest call's bucket: over its first bound, at most its second."""
+    median_s: float
+    """The upper bound of the median call's bucket."""
+
+    @classmethod
+    def between(cls, before: str, after: str) -> Encodes:
+        buckets = [
+            (le, after_n - before_n) for le, after_n, before_n in _encode_buckets(before, after)
+        ]
+        count = buckets[-1][1] if buckets else 0.0
+        if not count:
+            return cls(0.0, (0.0, 0.0), 0.0)
+        at = next(i for i, (_, n) in enumerate(buckets) if n >= count)
+        longest = (buckets[at - 1][0] if at else 0.0, buckets[at][0])
+        return cls(count, longest, next(le for le, n in buckets if n >= count / 2))
+
+
+def _encode_buckets(before: str, after: str) -> list[tuple[float, float, float]]:
+    """(upper bound, cumulative count after, before) of each bucket, in order."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    def cumulative(scrape: str) -> dict[float, float]:
+        found: dict[float, float] = {}
+        for family in text_string_to_metric_families(scrape):
+            for sample in family.samples:
+                if sample.name == "contextcore_embed_encode_seconds_bucket":
+                    le = float(sample.labels["le"])
+                    found[le] = found.get(le, 0.0) + sample.value
+        return found
+
+    was, now = cumulative(before), cumulative(after)
+    return [(le, now[le], was.get(le, 0.0)) for le in sorted(now)]
+
+
 def against_bound(alone: Latencies, beside: Latencies, longest: float) -> str:
     """B's uploads beside the flood against issue 33's bound for them: twice B alone (its
     median) plus the longest single encode of the flood."""
@@ -499,8 +547,12 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
     texts = [text.decode() for _, text in passages(args.documents + 20)]
     flood = [texts[i % (len(texts) - 20)] for i in range(args.documents)]
     own = texts[-20:]
+    embed_port = free_port()
+    env["CONTEXTCORE_EMBED_METRICS_PORT"] = str(embed_port)
     upload = start_consumer("upload", env)
     embed = start_consumer("embed", env)
+    scrape = Consumer(embed, embed_port).metrics
+    ran: list[Encodes] = []
     # each organization its own client, as tenants are, and A's in a process of its own, as
     # another machine's would be: B's requests and replies never queue behind A's in one
     # producer, one reply topic or one event loop
@@ -520,8 +572,10 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
                 raise RuntimeError("A's flood did not start")
             if label == "beside":
                 await asyncio.sleep(10)
+                before = await asyncio.to_thread(scrape)
                 for text in own[3:6]:
                     b_times.append(await b_upload(text))
+                ran.append(Encodes.between(before, await asyncio.to_thread(scrape)))
             message = await asyncio.to_thread(channel.recv)
             while message == "first":
                 message = await asyncio.to_thread(channel.recv)
@@ -549,6 +603,16 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         parts = ", ".join(f"{first:,.0f} + {ready - first:,.0f}" for first, ready in times)
         print(f"  B {label}, ms to pending (the upload consumer) + to ready (embedding): {parts}")
     print(against_bound(alone, beside, longest))
+    for encodes in ran:
+        low, high = (bound * 1000 for bound in encodes.longest_s)
+        bound = 2 * alone.quantile(0.5) + low
+        print(
+            f"  the encodes while B's uploads ran beside, as they ran (the embedding consumer's "
+            f"/metrics): {encodes.count:,.0f}, median <= {encodes.median_s * 1000:,.0f} ms, the "
+            f"longest over {low:,.0f} and at most {high:,.0f} ms; B's worst against 2 x alone + "
+            f"that encode (at its least): {max(beside.values):,.0f} ms against {bound:,.0f} ms "
+            f"(the encode at its speed beside the flood on two shared cores, not alone)"
+        )
     print(
         f"  A's {args.documents:,} documents: {a_alone:.1f}/s alone, {a_beside:.1f}/s beside B "
         f"({a_beside / a_alone:.2f} of alone; target >= 0.9)"
@@ -740,7 +804,7 @@ OUTSTANDING = 32
 """Requests always waiting while one process's capacity is measured: twice the build consumer's
 builds at once (``max_in_flight``, 16), so that it never idles."""
 FLOOD = 3.0
-"""A's flood, in times what one process sustains."""
+"""A's flood, in times what one process sustains (``--flood``; the target's figure is at 3)."""
 QUOTA_SHARE = 0.25
 """A's quota ``build_rate``, in parts of what one process sustains: B's 10/s and the cost of
 answering the rest of A's flood ``throttled`` fit beside it (at 0.5, measured: B's p99 946 ms,
@@ -864,11 +928,14 @@ class Load:
     broker_cpu_s: float
     machine_busy: float
     """The share of the machine's cores busy meanwhile (1.0: every core, all the time)."""
+    consumer_waited_s: float
+    """The build consumer's threads' time runnable but waiting for a core."""
 
     def line(self) -> str:
         return (
             f"  CPU while A flooded ({self.wall_s:,.1f} s): build consumer "
-            f"{self.consumer_cpu_s:,.1f} s ({self.consumer_cpu_s / self.wall_s:.2f} of a core), "
+            f"{self.consumer_cpu_s:,.1f} s ({self.consumer_cpu_s / self.wall_s:.2f} of a core; "
+            f"{self.consumer_waited_s:,.1f} s waiting for one), "
             f"A's flood process {self.flood_cpu_s:,.1f} s, the broker {self.broker_cpu_s:,.1f} s;"
             f" the machine {self.machine_busy:.0%} busy"
         )
@@ -900,6 +967,12 @@ def cpu_of(pids: list[int]) -> float:
     return sum(tree_cpu_seconds(pid) for pid in pids)
 
 
+def busy_since(start: tuple[float, float]) -> float:
+    """The share of the machine's cores busy since ``start`` (``machine_busy_seconds()``)."""
+    busy, whole = machine_busy_seconds()
+    return (busy - start[0]) / max(1e-9, whole - start[1])
+
+
 async def beside_flood(
     flood: Flood, call: Callable[[int], Awaitable[None]], consumer: int
 ) -> tuple[Tally, Load]:
@@ -910,23 +983,39 @@ async def beside_flood(
             raise RuntimeError("the flood process did not start")
         brokers = broker_pids()
         began, cpu, broker = time.perf_counter(), tree_cpu_seconds(consumer), cpu_of(brokers)
-        busy, whole = machine_busy_seconds()
+        machine, waited = machine_busy_seconds(), runqueue_wait_seconds(consumer)
         channel.send("go")
         await paced(B_BUILDS, deadline(flood.seconds), call)
         a, flood_cpu = await asyncio.to_thread(channel.recv)
     used = tree_cpu_seconds(consumer) - cpu
-    busy_after, whole_after = machine_busy_seconds()
-    machine = (busy_after - busy) / max(1e-9, whole_after - whole)
     wall = time.perf_counter() - began
-    return a, Load(used, flood_cpu, wall, cpu_of(brokers) - broker, machine)
+    waited = runqueue_wait_seconds(consumer) - waited
+    return a, Load(used, flood_cpu, wall, cpu_of(brokers) - broker, busy_since(machine), waited)
+
+
+@dataclass
+class BuildPhases:
+    """B's builds in each phase of ``builds``, A's flood, and the machine meanwhile."""
+
+    alone: Tally = field(default_factory=Tally)
+    beside: Tally = field(default_factory=Tally)
+    burned: Tally = field(default_factory=Tally)
+    """B's builds beside processes that only burn the CPU the flood took (``burning``)."""
+    a: Tally = field(default_factory=Tally)
+    load: Load | None = None
+    busy_alone: float = 0.0
+    busy_burned: float = 0.0
+    burned_cores: float = 0.0
 
 
 async def b_beside_a(
     args: Namespace, topics: TopicSettings, b: Org, flood: Flood, consumer: int
-) -> tuple[Tally, Tally, Tally, Load]:
-    """B's builds alone, then beside A's flood; A's, and the CPU used meanwhile (B's warm up
-    first: the group, the caches, B's quotas read)."""
-    alone, beside = Tally(), Tally()
+) -> BuildPhases:
+    """B's builds alone, then beside A's flood, then beside burners that take as much of the
+    machine as the flood did and send nothing: how much of B's slowdown beside the flood any
+    neighbour with that appetite for CPU would cause (B's warm up first: the group, the
+    caches, B's quotas read)."""
+    phases = BuildPhases()
     async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as client:
         turn = turns(b, 3)
 
@@ -934,9 +1023,18 @@ async def b_beside_a(
             return builder(client, turn, TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
 
         await paced(B_BUILDS, deadline(3), call(Tally()))
-        await paced(B_BUILDS, deadline(args.seconds), call(alone))
-        a, load = await beside_flood(flood, call(beside), consumer)
-    return alone, beside, a, load
+        machine = machine_busy_seconds()
+        await paced(B_BUILDS, deadline(args.seconds), call(phases.alone))
+        phases.busy_alone = busy_since(machine)
+        phases.a, phases.load = await beside_flood(flood, call(phases.beside), consumer)
+        cores = os.cpu_count() or 1
+        phases.burned_cores = max(0.0, (phases.load.machine_busy - phases.busy_alone) * cores)
+        with burning(phases.burned_cores):
+            await asyncio.sleep(1)  # the burners started
+            machine = machine_busy_seconds()
+            await paced(B_BUILDS, deadline(args.seconds), call(phases.burned))
+            phases.busy_burned = busy_since(machine)
+    return phases
 
 
 async def builds(url: str, owner_url: str, admin: asyncpg.Connection, args: Namespace) -> None:
@@ -961,21 +1059,38 @@ async def builds(url: str, owner_url: str, admin: asyncpg.Connection, args: Name
                 topics.build_request,
                 topics.reply_prefix,
                 a,
-                FLOOD * capacity,
+                args.flood * capacity,
                 args.seconds,
                 args.flood_idle,
             )
             pid = started["build"].pid
-            alone, beside, a_tally, load = await b_beside_a(args, topics, b, flood, pid)
+            phases = await b_beside_a(args, topics, b, flood, pid)
             consumer = Consumer(started["build"], port)
             scraped = await asyncio.to_thread(consumer.metrics)
             rss = rss_line(started)
-    b_alone = alone.latencies(f"B's builds alone ({B_BUILDS:g}/s)")
-    b_beside = beside.latencies("B's builds beside A's flood")
+    a_tally, load = phases.a, phases.load
+    assert load is not None
+    b_alone = phases.alone.latencies(f"B's builds alone ({B_BUILDS:g}/s)")
+    b_beside = phases.beside.latencies("B's builds beside A's flood")
     print("  " + b_alone.line())
     print("  " + b_beside.line())
     print(p99_ratio(b_alone, b_beside))
-    print(f"  B's requests: alone {alone.answers()}; beside {beside.answers()}")
+    b_burned = phases.burned.latencies("B's builds beside burners (no requests)")
+    print(
+        f"  control: burners of normal priority taking {phases.burned_cores:.2f} cores, the CPU "
+        f"the flood added (the machine {phases.busy_alone:.0%} busy with B alone, "
+        f"{load.machine_busy:.0%} beside the flood, {phases.busy_burned:.0%} beside the burners)"
+    )
+    print("  " + b_burned.line())
+    print(
+        f"  ratio, B's p99 beside the burners / alone: "
+        f"{b_burned.quantile(0.99) / b_alone.quantile(0.99):.2f} (what that much CPU taken costs B"
+        f" whoever takes it)"
+    )
+    print(
+        f"  B's requests: alone {phases.alone.answers()}; beside {phases.beside.answers()}; "
+        f"beside the burners {phases.burned.answers()}"
+    )
     print(
         f"  A's flood, {flood.rate:,.0f}/s for {flood.seconds:g} s"
         f"{' (its sender under SCHED_IDLE)' if flood.idle else ''}, quota build_rate {rate:g}/s "
@@ -1460,6 +1575,13 @@ def arguments() -> Namespace:
         type=float,
         default=QUOTA_SHARE,
         help=f"builds: A's quota build_rate, a share of the capacity measured ({QUOTA_SHARE:g})",
+    )
+    parser.add_argument(
+        "--flood",
+        type=float,
+        default=FLOOD,
+        help=f"builds: A's rate, in times the capacity measured ({FLOOD:g}; at --quota-share or "
+        "below, A sends no excess: what A's admitted builds alone cost B)",
     )
     parser.add_argument(
         "--flood-idle",

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
+import multiprocessing
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from multiprocessing.synchronize import Event
 from pathlib import Path
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -146,3 +151,33 @@ def machine_busy_seconds() -> tuple[float, float]:
     fields = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
     idle = fields[3] + fields[4]  # idle + iowait
     return (sum(fields[:8]) - idle) / TICKS, sum(fields[:8]) / TICKS
+
+
+def _burn(share: float, stop: Event) -> None:
+    """Keep ``share`` of one core busy (of each 10 ms, ``share`` spinning and the rest asleep)
+    until ``stop``."""
+    period = 0.01
+    while not stop.is_set():
+        began = time.perf_counter()
+        while time.perf_counter() - began < share * period:
+            pass
+        time.sleep(max(0.0, period - (time.perf_counter() - began)))
+
+
+@contextlib.contextmanager
+def burning(cores: float) -> Iterator[None]:
+    """Processes of normal priority that keep ``cores`` cores' worth of CPU busy while the
+    block runs, and want nothing else of the machine: a neighbour that takes the CPU a flood
+    took, without the flood's requests."""
+    count = math.ceil(cores) if cores > 0 else 0
+    context = multiprocessing.get_context("spawn")
+    stop = context.Event()
+    burners = [context.Process(target=_burn, args=(cores / count, stop)) for _ in range(count)]
+    for burner in burners:
+        burner.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for burner in burners:
+            burner.join()

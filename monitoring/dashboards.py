@@ -323,6 +323,11 @@ INGESTION = Board(
                 quantiles("contextcore_embed_batch_seconds", ""),
             ),
             Panel(
+                "Encoder call latency (what a small upload waits for, at most, beside a flood)",
+                "s",
+                quantiles("contextcore_embed_encode_seconds", "", by="model"),
+            ),
+            Panel(
                 "Chunks per embedding batch",
                 "short",
                 tuple(

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from consumers.build.metrics import BuildMetrics
-from consumers.knowledge.embed.metrics import EmbedMetrics
+from consumers.knowledge.embed.metrics import EmbedMetrics, TimedEncoder
 from consumers.knowledge.sweep.app import Sweeper, SweepSettings
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.memory.metrics import MemoryMetrics
@@ -70,10 +72,29 @@ def upload() -> CollectorRegistry:
     return metrics.registry
 
 
+class Fixed:
+    model = "m"
+    dimensions = 2
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+
 def embed() -> CollectorRegistry:
     metrics = runtime("embed")
-    EmbedMetrics.create(metrics.registry)
+    TimedEncoder(Fixed(), EmbedMetrics.create(metrics.registry)).encode(["a", "b"])
     return metrics.registry
+
+
+def test_each_model_call_is_observed_with_its_passages() -> None:
+    registry = CollectorRegistry()
+    encoder = TimedEncoder(Fixed(), EmbedMetrics.create(registry))
+    assert encoder.encode(["a", "b", "c"]) == [[1.0, 0.0]] * 3
+    encoder.encode(["d"])
+    assert (encoder.model, encoder.dimensions) == ("m", 2)
+    model = {"model": "m"}
+    assert registry.get_sample_value("contextcore_embed_encode_seconds_count", model) == 2
+    assert registry.get_sample_value("contextcore_embed_encode_texts_sum", model) == 4
 
 
 def sweep() -> CollectorRegistry:

@@ -16,7 +16,7 @@ from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import embed_topics
 from consumers.knowledge.embed.handler import EmbedHandler
-from consumers.knowledge.embed.metrics import EmbedMetrics
+from consumers.knowledge.embed.metrics import EmbedMetrics, TimedEncoder
 from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
@@ -58,10 +58,11 @@ def create_app(
                 await asyncio.to_thread(knowledge.load_encoder, model)
                 for model in knowledge.models()
             ]
-            embedder = Embedder(
-                PostgresChunkStore(TenantDatabase(pool, role=database.role)), encoders
-            )
             embed_metrics = EmbedMetrics.create(metrics.registry)
+            embedder = Embedder(
+                PostgresChunkStore(TenantDatabase(pool, role=database.role)),
+                [TimedEncoder(encoder, embed_metrics) for encoder in encoders],
+            )
             for model in knowledge.models():  # each model's count starts at 0
                 embed_metrics.chunks.labels(model)
             yield EmbedHandler(embedder, embed_metrics)
