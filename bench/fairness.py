@@ -155,7 +155,8 @@ class Latencies:
     def line(self) -> str:
         return (
             f"{self.label}: {len(self.values)} calls, p50 {self.quantile(0.5):,.1f} ms, "
-            f"p99 {self.quantile(0.99):,.1f} ms, max {max(self.values, default=0):,.1f} ms"
+            f"p90 {self.quantile(0.9):,.1f} ms, p99 {self.quantile(0.99):,.1f} ms, "
+            f"max {max(self.values, default=0):,.1f} ms"
         )
 
 
