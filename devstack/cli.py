@@ -40,10 +40,10 @@ async def _demo(serve: bool) -> int:
     return await run_demo(serve)
 
 
-async def _stack(action: str, durable: bool) -> int:
+async def _stack(action: str, durable: bool, replica: bool) -> int:
     stack = DevStack(DevSettings(durable=True) if durable else None)
     if action == "up":
-        report = await stack.up(all_topics(TopicSettings()))
+        report = await stack.up(all_topics(TopicSettings()), replica=replica)
         print("\n".join(report.lines(stack.home)))
     elif action == "down":
         s3 = stack.s3_running()
@@ -57,9 +57,10 @@ async def _stack(action: str, durable: bool) -> int:
         broker, postgres = stack.status()
         storage = stack.broker_storage()
         described = f", {storage.describe()}" if broker and storage else ""
+        standby = "; standby up" if stack.replica.running() else ""
         print(
             f"broker {'up' if broker else 'down'}{described}; "
-            f"postgres {'up' if postgres else 'down'}"
+            f"postgres {'up' if postgres else 'down'}{standby}"
         )
         return 0 if broker and postgres else 1
     else:
@@ -69,8 +70,9 @@ async def _stack(action: str, durable: bool) -> int:
 
 DEV = """The embedded dev stack (Tansu broker + PostgreSQL on 127.0.0.1) and the demo.
 
-  up [--durable]    start the broker and PostgreSQL
-  down              stop them (and the local S3 server, with its data)
+  up [--durable] [--replica]
+                    start the broker and PostgreSQL (and a hot standby of it)
+  down              stop them (and the local S3 server, with its data; the standby)
   status            say whether each runs (exits 1 unless both do)
   env               print the exports of the four addresses: the broker, the runtime login,
                     the schema owner, the cluster's administrator (dev only)
@@ -78,7 +80,8 @@ DEV = """The embedded dev stack (Tansu broker + PostgreSQL on 127.0.0.1) and the
 
 up --durable (or CONTEXTCORE_DEV_DURABLE=true) runs the broker on Tansu's s3:// storage against
 a local S3 server, so a broker restart keeps topics, acknowledged records and committed
-offsets."""
+offsets. up --replica also starts a hot standby of PostgreSQL (a base backup, then streaming
+replication) on 127.0.0.1:15433 and prints its URL for CONTEXTCORE_DATABASE_READ_URL."""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,15 +94,24 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="up: the broker keeps its data across restarts (s3:// storage on a local S3 server)",
     )
+    parser.add_argument(
+        "--replica",
+        action="store_true",
+        help="up: also a hot standby of PostgreSQL, streaming from it (devstack/replica.py)",
+    )
     args = parser.parse_args(argv)
     if args.durable and args.action != "up":
         parser.error("--durable goes with up (CONTEXTCORE_DEV_DURABLE=true for the demo)")
+    if args.replica and args.action != "up":
+        parser.error("--replica goes with up")
     logging.basicConfig(
         level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if args.action == "demo":
         return run_command("contextcore dev", lambda: asyncio.run(_demo(args.serve)))
-    return run_command("contextcore dev", lambda: asyncio.run(_stack(args.action, args.durable)))
+    return run_command(
+        "contextcore dev", lambda: asyncio.run(_stack(args.action, args.durable, args.replica))
+    )
 
 
 if __name__ == "__main__":

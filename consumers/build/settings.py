@@ -18,6 +18,9 @@ class BuildSettings(ConsumerSettings):
     quotas_ttl_s: float = Field(default=5.0, gt=0, le=3_600, allow_inf_nan=False)
     """How long this process keeps an organization's quotas (build_rate, build_burst:
     contextcore/quotas.py) before reading them again: a changed quota applies within it."""
+    replica_lag_interval_s: float = Field(default=5.0, gt=0, le=3_600, allow_inf_nan=False)
+    """How often the database the sources read is asked how far behind its primary it is
+    (``contextcore_database_replica_lag_seconds``)."""
     source_timeout_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """The builder's independent timeout per source read: an outage ceiling, not a target."""
     preload_encoder: bool = True

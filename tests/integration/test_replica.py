@@ -1,0 +1,209 @@
+"""The dev stack's hot standby (issue 34, devstack/replica.py): a streaming replica of the
+embedded PostgreSQL, started as the other services are, and the build consumer's sources read
+from it when ``CONTEXTCORE_DATABASE_READ_URL`` names it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from urllib.parse import urlsplit
+
+import asyncpg
+import pytest
+
+from broker.settings import TopicSettings
+from broker.topics import all_topics
+from devstack.stack import DevStack
+from tests.integration import seed
+from tests.integration.helpers import (
+    free_port,
+    producer,
+    read_json,
+    request_message,
+    until_true,
+)
+from tests.services import Config, Database, Services, StartConsumer, _exclusive
+
+pytestmark = pytest.mark.integration
+
+STANDBY = "CONTEXTCORE_TEST_STANDBY_PORT"
+"""Against services of one's own (CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS, ..._ADMIN_URL), the
+port of a hot standby of that PostgreSQL, on its host."""
+
+
+@pytest.fixture(scope="session")
+async def standby_port(services: Services) -> int:
+    """The standby's port: the dev stack's, started here if it does not run (under the stack's
+    lock: the workers of one run take turns; the run stops it with the stack)."""
+    if os.environ.get("CONTEXTCORE_DATABASE_ADMIN_URL"):
+        if not os.environ.get(STANDBY):
+            pytest.skip(f"services of one's own and no standby named in {STANDBY}")
+        return int(os.environ[STANDBY])
+    stack = DevStack()
+    async with _exclusive(stack.home / "pytest.lock"):
+        await stack.up(all_topics(TopicSettings()), replica=True)
+    return stack.settings.replica_port
+
+
+def on_standby(url: str, port: int) -> str:
+    """``url`` (a login on the primary) on the standby: the same login and database."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rsplit(":", 1)[0] + f":{port}").geturl()
+
+
+@pytest.fixture
+async def standby(database: Database, standby_port: int) -> AsyncIterator[asyncpg.Connection]:
+    """A superuser on this test's database on the standby, once it has been replayed there;
+    one test at a time (a test pauses the standby's replay, which every database shares)."""
+    async with _exclusive(DevStack().home / "standby-replay.lock"):
+        async for connection in _standby(database, standby_port):
+            yield connection
+
+
+async def _standby(database: Database, standby_port: int) -> AsyncIterator[asyncpg.Connection]:
+    url = on_standby(database.admin_url, standby_port)
+    connection: asyncpg.Connection | None = None
+
+    async def replayed() -> bool:
+        nonlocal connection
+        try:
+            connection = await asyncpg.connect(url)
+        except asyncpg.InvalidCatalogNameError:  # the database is not there yet
+            return False
+        return True
+
+    await until_true(replayed)
+    assert connection is not None
+    try:
+        yield connection
+    finally:
+        await connection.execute("SELECT pg_wal_replay_resume()")
+        await connection.close()
+
+
+async def has_company(connection: asyncpg.Connection, company: uuid.UUID) -> bool:
+    found = await connection.fetchval("SELECT count(*) FROM crm_companies WHERE id = $1", company)
+    return bool(found)
+
+
+async def build(config: Config, correlation_id: str, org: uuid.UUID, *companies: uuid.UUID) -> str:
+    """One build of the application source over ``companies``; its brief's text."""
+    reply_topic = config.reply_topic(correlation_id)
+    message = request_message(
+        correlation_id,
+        reply_topic,
+        policy={
+            "total_token_budget": 400,
+            "sources": [{"name": "application", "token_budget": 400}],
+        },
+    )
+    message["request"]["subject"]["organization_id"] = str(org)
+    message["request"]["entities"] = [{"kind": "crm.company", "id": str(c)} for c in companies]
+    send = await producer(config.bootstrap)
+    try:
+        await send.send_and_wait(config.request_topic, json.dumps(message).encode())
+    finally:
+        await send.stop()
+    [reply] = await read_json(config.bootstrap, reply_topic, until=1)
+    assert reply["status"] == "ok", reply
+    return str(reply["brief"]["text"])
+
+
+async def test_the_standby_streams_from_the_primary_and_refuses_writes(
+    database: Database, admin: asyncpg.Connection, standby: asyncpg.Connection
+) -> None:
+    assert await standby.fetchval("SELECT pg_is_in_recovery()") is True
+    assert await admin.fetchval("SELECT pg_is_in_recovery()") is False
+    org, company = uuid.uuid4(), uuid.uuid4()
+    await seed.insert(admin, "organizations", id=org, name="Org")
+    await seed.insert(admin, "crm_companies", organization_id=org, id=company, name="Streamed")
+    await until_true(lambda: has_company(standby, company))
+    with pytest.raises(asyncpg.ReadOnlySQLTransactionError):
+        await standby.execute("DELETE FROM crm_companies WHERE id = $1", company)
+
+
+async def test_the_build_reads_its_sources_on_the_standby(
+    config: Config,
+    start_consumer: StartConsumer,
+    database: Database,
+    admin: asyncpg.Connection,
+    standby: asyncpg.Connection,
+    standby_port: int,
+) -> None:
+    """With the standby's replay paused, a company written on the primary is missing from the
+    brief; once replayed, it is there: the sources read the standby, not the primary."""
+    org, first, second = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    await seed.insert(admin, "organizations", id=org, name="Org")
+    await seed.insert(admin, "crm_companies", organization_id=org, id=first, name="Replayed")
+    await until_true(lambda: has_company(standby, first))
+    await standby.execute("SELECT pg_wal_replay_pause()")
+    await until_true(lambda: standby.fetchval("SELECT pg_get_wal_replay_pause_state() = 'paused'"))
+    await seed.insert(admin, "crm_companies", organization_id=org, id=second, name="Not yet")
+    await start_consumer(config.with_("database", read_url=on_standby(database.url, standby_port)))
+
+    paused = await build(config, "paused", org, first, second)
+    assert f"[crm.company:{first}] name: Replayed" in paused
+    assert "Not yet" not in paused
+
+    await standby.execute("SELECT pg_wal_replay_resume()")
+    await until_true(lambda: has_company(standby, second))
+    resumed = await build(config, "resumed", org, first, second)
+    assert f"[crm.company:{second}] name: Not yet" in resumed
+
+
+def lag_of(metrics: str) -> float | None:
+    for line in metrics.splitlines():
+        if line.startswith("contextcore_database_replica_lag_seconds "):
+            return float(line.split()[1])
+    return None
+
+
+async def test_the_standby_s_lag_is_a_metric(
+    config: Config,
+    start_consumer: StartConsumer,
+    database: Database,
+    admin: asyncpg.Connection,
+    standby: asyncpg.Connection,
+    standby_port: int,
+) -> None:
+    """contextcore_database_replica_lag_seconds: near 0 while the standby keeps up; growing
+    while its replay is paused and the primary writes; near 0 again once it has caught up."""
+    port = free_port()
+    await start_consumer(
+        config.with_("database", read_url=on_standby(database.url, standby_port)).with_(
+            "build", metrics_port=port, replica_lag_interval_s=0.2
+        )
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+
+    async def lag() -> float | None:
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+        return lag_of(body.decode())
+
+    org = uuid.uuid4()
+    await seed.insert(admin, "organizations", id=org, name="Org")
+    await until_true(lambda: has_organization(standby, org))
+    await until_true(lambda: below(lag(), 0.5))  # other tests' writes stream meanwhile
+    await standby.execute("SELECT pg_wal_replay_pause()")
+    await seed.insert(admin, "crm_companies", organization_id=org, id=uuid.uuid4(), name="Later")
+    await until_true(lambda: above(lag(), 1.0))
+    await standby.execute("SELECT pg_wal_replay_resume()")
+    await until_true(lambda: below(lag(), 0.5))
+
+
+async def has_organization(connection: asyncpg.Connection, org: uuid.UUID) -> bool:
+    return bool(await connection.fetchval("SELECT count(*) FROM organizations WHERE id = $1", org))
+
+
+async def below(value: Awaitable[float | None], bound: float) -> bool:
+    found = await value
+    return found is not None and found < bound
+
+
+async def above(value: Awaitable[float | None], bound: float) -> bool:
+    found = await value
+    return found is not None and found > bound
