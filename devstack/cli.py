@@ -47,11 +47,13 @@ async def _stack(action: str, durable: bool, replica: bool) -> int:
         print("\n".join(report.lines(stack.home)))
     elif action == "down":
         s3 = stack.s3_running()
+        standing = await asyncio.to_thread(stack.replica.running)
         broker, postgres = await asyncio.to_thread(stack.down)
         print(
             f"broker {'stopped' if broker else 'was not running'}"
             f"{' (and its S3 server, with the data)' if s3 else ''}; "
             f"postgres {'stopped' if postgres else 'was not running'}"
+            f"{' (and its standby)' if standing else ''}"
         )
     elif action == "status":
         broker, postgres = stack.status()

@@ -63,13 +63,20 @@ class Replica:
         """Start the standby unless it runs (the primary must); ``True`` when started now."""
         if await asyncio.to_thread(self.running):
             return False
-        from devstack.stack import _port_open
+        from devstack.stack import _port_open, _stale_lock
 
         if _port_open(self.port):
             raise InfrastructureUnavailable(
                 f"port 127.0.0.1:{self.port} is taken by a process that is not our standby; set "
                 "CONTEXTCORE_DEV_REPLICA_PORT"
             )
+        # a killed standby's lock files, as the primary's (DevStack.start_postgres)
+        for lock in (
+            self.data / "postmaster.pid",
+            self.stack.pg_socket_dir / f".s.PGSQL.{self.port}.lock",
+        ):
+            if _stale_lock(lock):
+                lock.unlink()
         admin = await asyncpg.connect(self.stack.addresses.admin_url)
         try:
             state = await admin.fetchval(SLOT_STATE, SLOT)
