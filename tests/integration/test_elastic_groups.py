@@ -27,7 +27,9 @@ pytestmark = pytest.mark.integration
 
 CONSUMERS = ("build", "memory", "upload", "embed")
 STEP_S = 10.0
-"""Between two changes of the groups: a join or a leave takes 3-5 s on the dev broker."""
+"""Between two changes of the groups: a join or a leave takes 3-5 s on the dev broker, and a
+process that joins should take partitions over before the next change (at 6 s the third
+process of each group never got any)."""
 
 
 @dataclass
