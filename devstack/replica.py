@@ -149,7 +149,9 @@ class Replica:
                 str(self.log),
                 "-o",
                 f"-h 127.0.0.1 -p {self.port} -k {self.stack.pg_socket_dir} -c fsync=off"
-                " -c shared_buffers=128MB -c hot_standby=on -c hot_standby_feedback=on",
+                " -c shared_buffers=128MB -c hot_standby=on -c hot_standby_feedback=on"
+                # a hot standby needs at least the primary's (DevStack.start_postgres)
+                " -c max_connections=300",
             )
         except subprocess.CalledProcessError as error:
             try:

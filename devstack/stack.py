@@ -537,6 +537,9 @@ class DevStack:
                 # floats, so a search of 100,000 read its pages from the OS (bench/search.py)
                 f"-h 127.0.0.1 -p {port} -k {self.pg_socket_dir} -c fsync=off"
                 " -c shared_buffers=512MB"
+                # the test suite's workers run many consumers at once, each with its pool
+                # (the default 100 ran out under the elastic-groups test)
+                " -c max_connections=300"
                 # a standby's slot (devstack/replica.py) holds at most this much WAL
                 " -c max_slot_wal_keep_size=1GB",
             )
