@@ -207,6 +207,18 @@ BUILDS = Board(
         ],
         "Sources": [
             Panel(
+                "Read database behind its primary (0: the sources read the primary)",
+                "s",
+                (
+                    q(
+                        "max by (instance) (contextcore_database_replica_lag_seconds)",
+                        "{{instance}}",
+                    ),
+                ),
+                description="CONTEXTCORE_DATABASE_READ_URL's lag, as each build process reads it "
+                "(docs/scaling.md).",
+            ),
+            Panel(
                 "Source read latency p95",
                 "s",
                 (
