@@ -1,0 +1,226 @@
+"""The build group scaled out and in (issue 34): builds a second with 1, 2 and 3 processes, and
+what each join and leave costs the requests in flight, in one run.
+
+    python -m bench.scale [--seconds 5] [--step 12] [--load 0.6]
+
+1. **Throughput.** For 1, 2 and 3 build processes in one group (fresh topics of 4 partitions),
+   the demo's typical builds with 32 always waiting, for ``--seconds`` after a warm-up:
+   builds a second answered ``ok``.
+2. **Pauses.** A fresh group of one process; builds paced at ``--load`` times what one process
+   sustained in (1); every ``--step`` seconds the group changes as an autoscaler (KEDA) and a
+   crash change it: a second process joins, a third joins, one leaves by SIGTERM (it drains
+   and commits first), one is killed (``kill -9``: its partitions wait for the group's session
+   timeout). For the steady window before the first change and for each change: the longest
+   gap between two replies in the ``--step`` seconds from it, the p99 of the requests sent
+   then, and the requests that got no reply.
+
+The build processes poll the broker every ``--fetch-wait-ms`` (250): on the dev broker (Tansu) a
+shorter long poll starves a member that lags behind its partitions' ends, as every member does
+after a rebalance (docs/delivery.md), and the pauses would measure that.
+
+Prints figures, never passes or fails; the CPU flags and each process's peak RSS beside them.
+On one machine the processes share its cores: more processes add the group's parallelism,
+not cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from bench.fairness import (
+    OUTSTANDING,
+    REPLY_TIMEOUT_S,
+    Latencies,
+    Tally,
+    build_client,
+    builder,
+    closed_loop,
+    cpu_flags,
+    deadline,
+    fresh_topics,
+    paced,
+    service_env,
+    turns,
+)
+from bench.processes import peak_rss_mb, start_consumer
+from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, seed
+from broker.topics import build_topics
+
+PROCESSES = (1, 2, 3)
+CHANGES = ("a second process joins", "a third joins", "one leaves (SIGTERM)", "one is killed")
+
+
+@dataclass
+class Group:
+    """The build processes of one group, started and stopped as an autoscaler would."""
+
+    env: dict[str, str]
+    processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    leaving: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    peaks: list[float] = field(default_factory=list)
+
+    def join(self) -> None:
+        self.processes.append(start_consumer("build", self.env))
+
+    def leave(self, sig: signal.Signals) -> None:
+        """Signal the newest process and return (a SIGTERMed one drains meanwhile)."""
+        process = self.processes.pop()
+        self.peaks.append(peak_rss_mb(process.pid))
+        process.send_signal(sig)
+        self.leaving.append(process)
+
+    def stop(self) -> None:
+        while self.processes:
+            self.leave(signal.SIGTERM)
+        for process in self.leaving:
+            process.wait(60)
+
+
+async def throughput(args: argparse.Namespace, url: str, org: Org, count: int) -> float:
+    """Builds a second ``count`` processes answer ``ok``, with ``OUTSTANDING`` always waiting."""
+    tally = Tally()
+    async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
+        group = Group(
+            service_env(
+                args,
+                url,
+                tag,
+                topics,
+                BUILD_PRELOAD_ENCODER="false",
+                BUILD_FETCH_MAX_WAIT_MS=str(args.fetch_wait_ms),
+            )
+        )
+        try:
+            for _ in range(count):
+                group.join()
+            async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as c:
+                turn = turns(org, 1)
+                warm = builder(c, turn, TYPICAL_POLICY, Tally(), REPLY_TIMEOUT_S)
+                await paced(20, deadline(6), warm)  # the group settles, the caches fill
+                call = builder(c, turn, TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
+                elapsed = await closed_loop(call, args.seconds)
+        finally:
+            group.stop()
+    return len(tally.ok) / elapsed
+
+
+@dataclass(frozen=True)
+class Window:
+    label: str
+    start: float
+    end: float
+
+    def line(self, tally: Tally) -> str:
+        """The longest gap between replies from ``start`` to ``end``, and the requests sent
+        then: their p99 and how many got none."""
+        arrivals = sorted(
+            started + ms / 1000 for started, ms in tally.ok if self.start <= started + ms / 1000
+        )
+        within = [self.start, *(t for t in arrivals if t < self.end), self.end]
+        gap = max(b - a for a, b in itertools.pairwise(within))
+        sent = Latencies("", [ms for started, ms in tally.ok if self.start <= started < self.end])
+        return (
+            f"  {self.label:28s} longest gap between replies {gap * 1000:7,.0f} ms; the "
+            f"{len(sent.values):,} requests sent then: p50 {sent.quantile(0.5):6,.1f} ms, "
+            f"p99 {sent.quantile(0.99):7,.1f} ms, max {max(sent.values, default=0):7,.1f} ms"
+        )
+
+
+async def pauses(args: argparse.Namespace, url: str, org: Org, rate: float) -> None:
+    tally = Tally()
+    async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
+        group = Group(
+            service_env(
+                args,
+                url,
+                tag,
+                topics,
+                BUILD_PRELOAD_ENCODER="false",
+                BUILD_FETCH_MAX_WAIT_MS=str(args.fetch_wait_ms),
+            )
+        )
+        try:
+            group.join()
+            async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as c:
+                turn = turns(org, 2)
+                await paced(20, deadline(6), builder(c, turn, TYPICAL_POLICY, Tally(), 60))
+                call = builder(c, turn, TYPICAL_POLICY, tally, args.reply_timeout)
+                began = time.perf_counter()
+                steps = len(CHANGES) + 1
+                load = asyncio.create_task(paced(rate, deadline(steps * args.step), call))
+                windows = [Window("steady, one process", began, began + args.step)]
+                for k, change in enumerate(CHANGES, start=1):
+                    await asyncio.sleep(max(0.0, began + k * args.step - time.perf_counter()))
+                    at = time.perf_counter()
+                    if k <= 2:
+                        await asyncio.to_thread(group.join)
+                    else:
+                        sig = signal.SIGTERM if k == 3 else signal.SIGKILL
+                        await asyncio.to_thread(group.leave, sig)
+                    windows.append(Window(change, at, at + args.step))
+                await load
+        finally:
+            group.stop()
+    print(
+        f"  builds paced at {rate:,.0f}/s ({args.load:g} of one process), a change every "
+        f"{args.step:g} s: {tally.answers()}"
+    )
+    for window in windows:
+        print(window.line(tally))
+    print(f"  peak RSS of the build processes: {', '.join(f'{p:,.0f} MB' for p in group.peaks)}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument("--seconds", type=float, default=5.0, help="each throughput run")
+    parser.add_argument("--step", type=float, default=12.0, help="seconds between changes")
+    parser.add_argument("--load", type=float, default=0.6, help="of one process's builds/s")
+    parser.add_argument(
+        "--reply-timeout",
+        type=float,
+        default=REPLY_TIMEOUT_S,
+        help="pauses: seconds a request waits for its reply before it counts as unanswered",
+    )
+    parser.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        default=250,
+        help="the build processes' long poll: on the dev broker a short one starves a member "
+        "that lags, as each does after a rebalance (docs/scaling.md: at 50 ms, after a "
+        "kill -9, 2,448 requests had no reply in 240 s)",
+    )
+    args = parser.parse_args()
+    name = "bench_scale"
+    seeded = await prepare(name, 0)
+    args.bootstrap = seeded.stack.bootstrap_servers
+    admin = await asyncpg.connect(seeded.admin_url)
+    org = Org()
+    print(f"CPU flags: {cpu_flags()}; {os.cpu_count()} cores")
+    try:
+        await seed(admin, [org])
+        rates = {}
+        for count in PROCESSES:
+            rates[count] = await throughput(args, seeded.url, org, count)
+            print(
+                f"  {count} build process{'es' if count > 1 else ''}: {rates[count]:,.1f} builds/s "
+                f"({rates[count] / rates[1]:.2f} of one; {OUTSTANDING} always waiting, "
+                f"{args.seconds:g} s)",
+                flush=True,
+            )
+        await pauses(args, seeded.url, org, args.load * rates[1])
+    finally:
+        await admin.close()
+        await drop(seeded.stack, name)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
