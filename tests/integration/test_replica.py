@@ -38,8 +38,10 @@ port of a hot standby of that PostgreSQL, on its host."""
 @pytest.fixture(scope="session")
 async def standby_port(services: Services) -> int:
     """The standby's port: the dev stack's, started here if it does not run (under the stack's
-    lock: the workers of one run take turns; the run stops it with the stack)."""
-    if os.environ.get("CONTEXTCORE_DATABASE_ADMIN_URL"):
+    lock: the workers of one run take turns). A run that started the stack stops it, standby
+    included; on a stack that was already up, the standby stays up, as the stack does."""
+    own = ("CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS", "CONTEXTCORE_DATABASE_ADMIN_URL")
+    if all(os.environ.get(name) for name in own):  # as the services fixture decides
         if not os.environ.get(STANDBY):
             pytest.skip(f"services of one's own and no standby named in {STANDBY}")
         return int(os.environ[STANDBY])
