@@ -372,3 +372,12 @@ def only_encoder(encoder: Encoder) -> Callable[[str], Awaitable[Encoder]]:
         return encoder
 
     return get
+
+
+def logs_tail(directory: Path) -> str:
+    """The end of each ``*.log`` of ``directory`` (processes' stderr), named: what a test
+    prints when a process it runs died."""
+    return "\n".join(
+        f"--- {p.name}\n{p.read_text(errors='replace')[-1200:]}"
+        for p in sorted(directory.glob("*.log"))
+    )

@@ -8,10 +8,11 @@ import asyncio
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
+from broker.topics import dead_letter_topic, ensure_topics, memory_topics, upload_topics
 from schemas.memory import Invoker
 from tests.integration.helpers import producer, remember_message, request_message
 from tests.services import Config
@@ -21,6 +22,30 @@ DEFINITION = uuid.UUID("7d000000-0000-4000-8000-00000000d001")
 USER = uuid.UUID("7d000000-0000-4000-8000-00000000e001")
 PRINCIPAL = Invoker(organization_id=ORG, definition_id=DEFINITION, user_id=USER)
 POISON = b"\xff poison, not JSON "
+
+
+class Follows(Protocol):
+    """What reads the load's topics (tests/integration/test_crash_loop.py's ``Reader``)."""
+
+    async def follow(self, bootstrap: str, topic: str) -> None: ...
+
+
+async def follow_load(config: Config, reader: Follows, name: str) -> tuple[str, list[str]]:
+    """Make the topics a ``MixedLoad`` writes and ``reader`` follow its replies (on the reply
+    topic ``name``) and the four dead-letter topics; those two, in that order."""
+    await ensure_topics(
+        config.bootstrap, [*memory_topics(config.topics), *upload_topics(config.topics)]
+    )
+    reply_to = config.reply_topic(name)
+    await reader.follow(config.bootstrap, reply_to)
+    topics = config.topics
+    letters = [
+        dead_letter_topic(topic)
+        for topic in (topics.build_request, topics.memory_write, topics.upload, topics.embed)
+    ]
+    for topic in letters:
+        await reader.follow(config.bootstrap, topic)
+    return reply_to, letters
 
 
 def upload(correlation_id: str, reply_to: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from broker.topics import (
     memory_topics,
     upload_topics,
 )
+from tests.integration.helpers import logs_tail
 from tests.integration.load import ORG, POISON, MixedLoad
 from tests.integration.test_crash_loop import Reader
 from tests.services import Config, spawn_build_consumer
@@ -78,10 +79,7 @@ class Monkey:
         return all(p.returncode is None for p in self.processes.values())
 
     def log(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-1200:]}"
-            for p in sorted(self.logs.glob("*.log"))
-        )
+        return logs_tail(self.logs)
 
     async def stop(self) -> None:
         for process in self.processes.values():

@@ -21,12 +21,11 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from broker.topics import dead_letter_topic, ensure_topics, memory_topics, upload_topics
 from contextcore.storage import migrations
 from contextcore.storage.pool import with_database
 from devstack.stack import DevSettings, DevStack, StackAddresses
 from tests.integration.helpers import free_port, until, until_true
-from tests.integration.load import ORG, MixedLoad
+from tests.integration.load import ORG, MixedLoad, follow_load
 from tests.integration.test_crash_loop import Reader
 from tests.services import Config, ConsumerProcess, StartConsumer
 
@@ -109,23 +108,8 @@ async def test_consumers_wait_out_a_database_restart_and_lose_nothing(
     config = config.with_("database", url=private.addresses.database_url)
     for name in CONSUMERS:
         config = config.with_(name, metrics_port=ports[name])
-    await ensure_topics(
-        config.bootstrap, [*memory_topics(config.topics), *upload_topics(config.topics)]
-    )
-    reply_to = config.reply_topic("restart")
     reader = Reader()
-    await reader.follow(config.bootstrap, reply_to)
-    letters = [
-        dead_letter_topic(t)
-        for t in (
-            config.topics.build_request,
-            config.topics.memory_write,
-            config.topics.upload,
-            config.topics.embed,
-        )
-    ]
-    for topic in letters:
-        await reader.follow(config.bootstrap, topic)
+    reply_to, letters = await follow_load(config, reader, "restart")
     processes: list[ConsumerProcess] = list(
         await asyncio.gather(*(start_consumer(config, consumer=name) for name in CONSUMERS))
     )

@@ -17,9 +17,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from broker.topics import dead_letter_topic, ensure_topics, memory_topics, upload_topics
-from tests.integration.helpers import free_port
-from tests.integration.load import ORG, MixedLoad
+from tests.integration.helpers import free_port, logs_tail
+from tests.integration.load import ORG, MixedLoad, follow_load
 from tests.integration.test_crash_loop import Reader
 from tests.services import Config, spawn_build_consumer
 
@@ -94,10 +93,7 @@ class Groups:
         return all(p.returncode is None for group in self.processes.values() for p in group)
 
     def log(self) -> str:
-        return "\n".join(
-            f"--- {p.name}\n{p.read_text(errors='replace')[-1200:]}"
-            for p in sorted(self.logs.glob("*.log"))
-        )
+        return logs_tail(self.logs)
 
     async def stop(self) -> None:
         for group in self.processes.values():
@@ -115,23 +111,8 @@ async def test_groups_grow_and_shrink_under_load_and_nothing_is_lost_or_doubled(
     # twelve processes at the peak share the suite's PostgreSQL with the other workers' tests:
     # small pools (the load is light), or the server runs out of connections (CI did)
     config = config.with_("database", pool_size=3)
-    await ensure_topics(
-        config.bootstrap, [*memory_topics(config.topics), *upload_topics(config.topics)]
-    )
-    reply_to = config.reply_topic("elastic")
     reader = Reader()
-    await reader.follow(config.bootstrap, reply_to)
-    letters = [
-        dead_letter_topic(topic)
-        for topic in (
-            config.topics.build_request,
-            config.topics.memory_write,
-            config.topics.upload,
-            config.topics.embed,
-        )
-    ]
-    for topic in letters:
-        await reader.follow(config.bootstrap, topic)
+    reply_to, letters = await follow_load(config, reader, "elastic")
     groups = Groups(config, tmp_path)
     await groups.grow()
     load = MixedLoad(config, reply_to, per_tick=1, chains=8, upload_every=20)
