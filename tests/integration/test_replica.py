@@ -58,15 +58,16 @@ def on_standby(url: str, port: int) -> str:
 
 
 @pytest.fixture
+def read_url(database: Database, standby_port: int) -> str:
+    """The runtime login on this test's database on the standby: the consumer's
+    ``CONTEXTCORE_DATABASE_READ_URL``."""
+    return on_standby(database.url, standby_port)
+
+
+@pytest.fixture
 async def standby(database: Database, standby_port: int) -> AsyncIterator[asyncpg.Connection]:
     """A superuser on this test's database on the standby, once it has been replayed there;
     one test at a time (a test pauses the standby's replay, which every database shares)."""
-    async with _exclusive(DevStack().home / "standby-replay.lock"):
-        async for connection in _standby(database, standby_port):
-            yield connection
-
-
-async def _standby(database: Database, standby_port: int) -> AsyncIterator[asyncpg.Connection]:
     url = on_standby(database.admin_url, standby_port)
     connection: asyncpg.Connection | None = None
 
@@ -78,13 +79,14 @@ async def _standby(database: Database, standby_port: int) -> AsyncIterator[async
             return False
         return True
 
-    await until_true(replayed)
-    assert connection is not None
-    try:
-        yield connection
-    finally:
-        await connection.execute("SELECT pg_wal_replay_resume()")
-        await connection.close()
+    async with _exclusive(DevStack().home / "standby-replay.lock"):
+        await until_true(replayed)
+        assert connection is not None
+        try:
+            yield connection
+        finally:
+            await connection.execute("SELECT pg_wal_replay_resume()")
+            await connection.close()
 
 
 async def has_company(connection: asyncpg.Connection, company: uuid.UUID) -> bool:
@@ -131,10 +133,9 @@ async def test_the_standby_streams_from_the_primary_and_refuses_writes(
 async def test_the_build_reads_its_sources_on_the_standby(
     config: Config,
     start_consumer: StartConsumer,
-    database: Database,
     admin: asyncpg.Connection,
     standby: asyncpg.Connection,
-    standby_port: int,
+    read_url: str,
 ) -> None:
     """With the standby's replay paused, a company written on the primary is missing from the
     brief; once replayed, it is there: the sources read the standby, not the primary."""
@@ -145,7 +146,7 @@ async def test_the_build_reads_its_sources_on_the_standby(
     await standby.execute("SELECT pg_wal_replay_pause()")
     await until_true(lambda: standby.fetchval("SELECT pg_get_wal_replay_pause_state() = 'paused'"))
     await seed.insert(admin, "crm_companies", organization_id=org, id=second, name="Not yet")
-    await start_consumer(config.with_("database", read_url=on_standby(database.url, standby_port)))
+    await start_consumer(config.with_("database", read_url=read_url))
 
     paused = await build(config, "paused", org, first, second)
     assert f"[crm.company:{first}] name: Replayed" in paused
@@ -167,16 +168,15 @@ def lag_of(metrics: str) -> float | None:
 async def test_the_standby_s_lag_is_a_metric(
     config: Config,
     start_consumer: StartConsumer,
-    database: Database,
     admin: asyncpg.Connection,
     standby: asyncpg.Connection,
-    standby_port: int,
+    read_url: str,
 ) -> None:
     """contextcore_database_replica_lag_seconds: near 0 while the standby keeps up; growing
     while its replay is paused and the primary writes; near 0 again once it has caught up."""
     port = free_port()
     await start_consumer(
-        config.with_("database", read_url=on_standby(database.url, standby_port)).with_(
+        config.with_("database", read_url=read_url).with_(
             "build", metrics_port=port, replica_lag_interval_s=0.2
         )
     )
