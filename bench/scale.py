@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -54,6 +56,8 @@ from bench.fairness import (
 from bench.processes import peak_rss_mb, start_consumer
 from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, seed
 from broker.topics import build_topics
+from producers.client import ContextClient
+from schemas.context import ContextRequest
 
 PROCESSES = (1, 2, 3)
 CHANGES = ("a second process joins", "a third joins", "one leaves (SIGTERM)", "one is killed")
@@ -85,9 +89,12 @@ class Group:
             process.wait(60)
 
 
-async def throughput(args: argparse.Namespace, url: str, org: Org, count: int) -> float:
-    """Builds a second ``count`` processes answer ``ok``, with ``OUTSTANDING`` always waiting."""
-    tally = Tally()
+@contextlib.asynccontextmanager
+async def warm_group(
+    args: argparse.Namespace, url: str, org: Org, count: int
+) -> AsyncIterator[tuple[Group, ContextClient, Callable[[int], ContextRequest]]]:
+    """``count`` build processes in a group of their own (fresh topics), and a client whose
+    builds of ``org``'s turns have run for 6 s at 20/s: the group settled, the caches full."""
     async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
         group = Group(
             service_env(
@@ -105,11 +112,18 @@ async def throughput(args: argparse.Namespace, url: str, org: Org, count: int) -
             async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as c:
                 turn = turns(org, 1)
                 warm = builder(c, turn, TYPICAL_POLICY, Tally(), REPLY_TIMEOUT_S)
-                await paced(20, deadline(6), warm)  # the group settles, the caches fill
-                call = builder(c, turn, TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
-                elapsed = await closed_loop(call, args.seconds)
+                await paced(20, deadline(6), warm)
+                yield group, c, turn
         finally:
             group.stop()
+
+
+async def throughput(args: argparse.Namespace, url: str, org: Org, count: int) -> float:
+    """Builds a second ``count`` processes answer ``ok``, with ``OUTSTANDING`` always waiting."""
+    tally = Tally()
+    async with warm_group(args, url, org, count) as (_, client, turn):
+        call = builder(client, turn, TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
+        elapsed = await closed_loop(call, args.seconds)
     return len(tally.ok) / elapsed
 
 
@@ -137,39 +151,22 @@ class Window:
 
 async def pauses(args: argparse.Namespace, url: str, org: Org, rate: float) -> None:
     tally = Tally()
-    async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
-        group = Group(
-            service_env(
-                args,
-                url,
-                tag,
-                topics,
-                BUILD_PRELOAD_ENCODER="false",
-                BUILD_FETCH_MAX_WAIT_MS=str(args.fetch_wait_ms),
-            )
-        )
-        try:
-            group.join()
-            async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as c:
-                turn = turns(org, 2)
-                await paced(20, deadline(6), builder(c, turn, TYPICAL_POLICY, Tally(), 60))
-                call = builder(c, turn, TYPICAL_POLICY, tally, args.reply_timeout)
-                began = time.perf_counter()
-                steps = len(CHANGES) + 1
-                load = asyncio.create_task(paced(rate, deadline(steps * args.step), call))
-                windows = [Window("steady, one process", began, began + args.step)]
-                for k, change in enumerate(CHANGES, start=1):
-                    await asyncio.sleep(max(0.0, began + k * args.step - time.perf_counter()))
-                    at = time.perf_counter()
-                    if k <= 2:
-                        await asyncio.to_thread(group.join)
-                    else:
-                        sig = signal.SIGTERM if k == 3 else signal.SIGKILL
-                        await asyncio.to_thread(group.leave, sig)
-                    windows.append(Window(change, at, at + args.step))
-                await load
-        finally:
-            group.stop()
+    async with warm_group(args, url, org, 1) as (group, client, turn):
+        call = builder(client, turn, TYPICAL_POLICY, tally, args.reply_timeout)
+        began = time.perf_counter()
+        steps = len(CHANGES) + 1
+        load = asyncio.create_task(paced(rate, deadline(steps * args.step), call))
+        windows = [Window("steady, one process", began, began + args.step)]
+        for k, change in enumerate(CHANGES, start=1):
+            await asyncio.sleep(max(0.0, began + k * args.step - time.perf_counter()))
+            at = time.perf_counter()
+            if k <= 2:
+                await asyncio.to_thread(group.join)
+            else:
+                sig = signal.SIGTERM if k == 3 else signal.SIGKILL
+                await asyncio.to_thread(group.leave, sig)
+            windows.append(Window(change, at, at + args.step))
+        await load
     print(
         f"  builds paced at {rate:,.0f}/s ({args.load:g} of one process), a change every "
         f"{args.step:g} s: {tally.answers()}"
