@@ -18,11 +18,11 @@ import argparse
 import multiprocessing
 import statistics
 import time
-from multiprocessing.synchronize import Event
 
 from bench.corpora import CACHE
 from bench.fairness import cpu_flags
 from bench.ingest import passages
+from bench.processes import burning
 
 CONFIGS = {
     "pinned (OpenVINO's default)": {"ENABLE_CPU_PINNING": "YES"},
@@ -32,12 +32,6 @@ CONFIGS = {
         "INFERENCE_NUM_THREADS": "1",
     },
 }
-
-
-def spin(stop: Event) -> None:
-    """A neighbour: a process that wants a whole core until told to stop."""
-    while not stop.is_set():
-        sum(range(100_000))
 
 
 def measure(name: str, busy: list[int], sizes: list[int], calls: int) -> None:
@@ -56,12 +50,8 @@ def measure(name: str, busy: list[int], sizes: list[int], calls: int) -> None:
         for _ in range(3):
             encoder.encode(texts[:size])
     for neighbours in busy:
-        stop = multiprocessing.Event()
-        spinning = [multiprocessing.Process(target=spin, args=(stop,)) for _ in range(neighbours)]
-        for process in spinning:
-            process.start()
-        time.sleep(0.5)
-        try:
+        with burning(neighbours):  # each a whole core's worth
+            time.sleep(0.5)
             for size in sizes:
                 timings = []
                 for _ in range(calls):
@@ -73,10 +63,6 @@ def measure(name: str, busy: list[int], sizes: list[int], calls: int) -> None:
                     f"p50 {statistics.median(timings):6,.0f} ms, max {max(timings):6,.0f} ms",
                     flush=True,
                 )
-        finally:
-            stop.set()
-            for process in spinning:
-                process.join()
 
 
 def main() -> None:

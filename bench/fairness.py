@@ -96,6 +96,7 @@ from bench.corpora import CACHE
 from bench.e2e import Consumer, free_port
 from bench.processes import (
     burning,
+    busy_since,
     machine_busy_seconds,
     peak_rss_mb,
     priority,
@@ -966,12 +967,6 @@ def postgres_pids() -> list[int]:
 
 def cpu_of(pids: list[int]) -> float:
     return sum(tree_cpu_seconds(pid) for pid in pids)
-
-
-def busy_since(start: tuple[float, float]) -> float:
-    """The share of the machine's cores busy since ``start`` (``machine_busy_seconds()``)."""
-    busy, whole = machine_busy_seconds()
-    return (busy - start[0]) / max(1e-9, whole - start[1])
 
 
 async def beside_flood(

@@ -153,6 +153,12 @@ def machine_busy_seconds() -> tuple[float, float]:
     return (sum(fields[:8]) - idle) / TICKS, sum(fields[:8]) / TICKS
 
 
+def busy_since(start: tuple[float, float]) -> float:
+    """The share of the machine's cores busy since ``start`` (``machine_busy_seconds()``)."""
+    busy, whole = machine_busy_seconds()
+    return (busy - start[0]) / max(1e-9, whole - start[1])
+
+
 def _burn(share: float, stop: Event) -> None:
     """Keep ``share`` of one core busy (of each 10 ms, ``share`` spinning and the rest asleep)
     until ``stop``."""
