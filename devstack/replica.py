@@ -19,14 +19,11 @@ import asyncio
 import shutil
 import subprocess
 import time
-from typing import TYPE_CHECKING
 
 import asyncpg
 
+from devstack.stack import DevStack, _port_open, _stale_lock, log_tail
 from schemas.errors import InfrastructureUnavailable
-
-if TYPE_CHECKING:
-    from devstack.stack import DevStack
 
 SLOT = "contextcore_dev_replica"
 """The standby's replication slot on the primary (also its ``application_name`` there)."""
@@ -63,8 +60,6 @@ class Replica:
         """Start the standby unless it runs (the primary must); ``True`` when started now."""
         if await asyncio.to_thread(self.running):
             return False
-        from devstack.stack import _port_open, _stale_lock
-
         if _port_open(self.port):
             raise InfrastructureUnavailable(
                 f"port 127.0.0.1:{self.port} is taken by a process that is not our standby; set "
@@ -154,11 +149,7 @@ class Replica:
                 " -c max_connections=300",
             )
         except subprocess.CalledProcessError as error:
-            try:
-                said = self.log.read_text(errors="replace")[-1_500:]
-            except OSError:
-                said = ""
             raise InfrastructureUnavailable(
                 f"the standby did not start in {time.monotonic() - started:.0f} s: "
-                f"{error.stderr.strip() or error}; {self.log} ends:\n{said}"
+                f"{error.stderr.strip() or error}; {self.log} ends:\n{log_tail(self.log)}"
             ) from error

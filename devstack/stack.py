@@ -44,6 +44,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -51,8 +52,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from broker.topics import TopicSpec, ensure_topics
 from contextcore.storage.pool import redact
 from contextcore.storage.provision import provision
-from devstack.replica import Replica
 from schemas.errors import InfrastructureUnavailable
+
+if TYPE_CHECKING:
+    from devstack.replica import Replica
 
 DATABASE = "contextcore"
 TANSU_FETCH_MAX_WAIT_MS = 2
@@ -239,6 +242,8 @@ class DevStack:
 
     @property
     def replica(self) -> Replica:
+        from devstack.replica import Replica  # it builds on this module's helpers
+
         return Replica(self)
 
     @property
@@ -544,13 +549,9 @@ class DevStack:
                 " -c max_slot_wal_keep_size=1GB",
             )
         except subprocess.CalledProcessError as error:
-            try:  # the log's end says why; a test's stack is gone with its log
-                said = self.pg_log.read_text(errors="replace")[-1_500:]
-            except OSError:
-                said = ""
             raise InfrastructureUnavailable(
                 f"PostgreSQL did not start: {error.stderr.strip() or error}; {self.pg_log} ends:"
-                f"\n{said}"
+                f"\n{log_tail(self.pg_log)}"
             ) from error
         return True
 
@@ -714,6 +715,15 @@ def _stale_lock(lock: Path) -> bool:
     except (OSError, ValueError, IndexError):
         return True  # empty or torn: written by a server that died while starting
     return not _process_alive(pid)
+
+
+def log_tail(log: Path) -> str:
+    """The end of a server's log, which says why it did not start ("" when it is gone: a
+    test's stack takes its log with it)."""
+    try:
+        return log.read_text(errors="replace")[-1_500:]
+    except OSError:
+        return ""
 
 
 def _port_open(port: int) -> bool:
