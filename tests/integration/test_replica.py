@@ -156,6 +156,13 @@ async def test_the_build_reads_its_sources_on_the_standby(
     await until_true(lambda: has_company(standby, second))
     resumed = await build(config, "resumed", org, first, second)
     assert f"[crm.company:{second}] name: Not yet" in resumed
+    # another organization naming these companies reads nothing of them on the standby either
+    other = uuid.uuid4()
+    await seed.insert(admin, "organizations", id=other, name="Other")
+    await until_true(lambda: has_organization(standby, other))
+    foreign = await build(config, "foreign", other, first, second)
+    assert "Replayed" not in foreign
+    assert "Not yet" not in foreign
 
 
 def lag_of(metrics: str) -> float | None:
