@@ -18,7 +18,11 @@ from schemas.errors import command_parser, run_command
 async def _send(envelope: BuildRequestV1, timeout: float, *, explained: bool, as_json: bool) -> int:
     async with ContextClient.from_settings(KafkaSettings(), TopicSettings()) as client:
         reply = await client.request(
-            envelope.request, envelope.policy, timeout=timeout, explain=explained
+            envelope.request,
+            envelope.policy,
+            timeout=timeout,
+            explain=explained,
+            read_after=envelope.read_after,
         )
     if explained and not as_json and reply.brief is not None and reply.manifest is not None:
         print(explain(reply.brief, reply.manifest))
@@ -27,7 +31,7 @@ async def _send(envelope: BuildRequestV1, timeout: float, *, explained: bool, as
     return 0 if reply.status == "ok" else 1
 
 
-def _read(request_path: Path, policy_path: Path) -> BuildRequestV1:
+def _read(request_path: Path, policy_path: Path, read_after: str | None = None) -> BuildRequestV1:
     """The files as the consumer would read them (malformed entities dropped)."""
     envelope, _ = parse_build_request(
         {
@@ -35,6 +39,7 @@ def _read(request_path: Path, policy_path: Path) -> BuildRequestV1:
             "reply_to": "cli",
             "request": json.loads(request_path.read_text()),
             "policy": json.loads(policy_path.read_text()),
+            "read_after": read_after,
         }
     )
     return envelope
@@ -63,10 +68,15 @@ def main(argv: list[str] | None = None) -> int:
         "--explain", action="store_true", help="print the brief and why each item is in it or not"
     )
     parser.add_argument("--json", action="store_true", help="with --explain: the reply as JSON")
+    parser.add_argument(
+        "--read-after",
+        metavar="POSITION",
+        help="read a write this position names (a memory answer's or a ready status's)",
+    )
     args = parser.parse_args(argv)
 
     def send() -> int:
-        envelope = _read(args.request, args.policy)
+        envelope = _read(args.request, args.policy, args.read_after)
         return asyncio.run(_send(envelope, args.timeout, explained=args.explain, as_json=args.json))
 
     return run_command(

@@ -45,10 +45,11 @@ from schemas.errors import (
     ReplyTimeout,
     RequestRefused,
 )
+from schemas.position import latest
 
 log = logging.getLogger("contextcore.client")
 
-__all__ = ["BuildFailed", "ContextClient", "ReplyTimeout"]
+__all__ = ["BuildFailed", "ContextClient", "ReplyTimeout", "Session"]
 
 
 def new_correlation_id() -> str:
@@ -65,6 +66,29 @@ class BuildFailed(RequestRefused):
         super().__init__(error.code, error.message, error.details)
 
 
+class Session:
+    """Read-your-writes for one caller: the latest database position its writes were answered
+    with (a memory answer's, an upload's ``ready``). Clients given the same session note every
+    position they are answered with, and a :class:`ContextClient` names the latest in each build
+    request (``read_after``), so a brief reflects what the caller was told is written, even
+    with the service's sources on a replica that lags (docs/scaling.md)::
+
+        session = Session()
+        async with MemoryClient(..., session=session) as memory, ContextClient(
+            ..., session=session
+        ) as context:
+            await memory.remember(...)
+            brief = await context.build(...)  # the memory is there
+
+    A client without one has its own, which only its own answers fill."""
+
+    def __init__(self) -> None:
+        self.position: str | None = None
+
+    def note(self, position: str | None) -> None:
+        self.position = latest(self.position, position)
+
+
 class ChannelOptions(TypedDict, total=False):
     """How a client reaches the broker and its replies: what every client's constructor takes
     beside its own request topic (the defaults are :class:`ReplyChannel`'s)."""
@@ -76,6 +100,7 @@ class ChannelOptions(TypedDict, total=False):
     connect_timeout_s: float
     max_in_flight: int
     send_timeout_s: float
+    session: Session
 
 
 def channel_options(kafka: KafkaSettings, topics: TopicSettings) -> ChannelOptions:
@@ -106,12 +131,14 @@ class ReplyChannel:
         connect_timeout_s: float = 10.0,
         max_in_flight: int = 64,
         send_timeout_s: float = 30.0,
+        session: Session | None = None,
     ) -> None:
         """``reply_topics``: the service's reply-topic rule (``from_settings`` passes the
         settings' one); unless given, the default rule of ``reply_topic_prefix``.
         ``max_in_flight``: sends that may wait for the broker at once; more wait in the
         client, so a burst of calls never overruns the producer's buffer and its timeout.
         ``send_timeout_s``: how long the broker has to take one (then :class:`PublishFailed`).
+        ``session``: the positions of this caller's writes, shared with its other clients.
 
         Raises:
             ConfigurationError: the rule refuses this client's reply topic (the service would
@@ -131,6 +158,7 @@ class ReplyChannel:
             raise ConfigurationError(f"no reply could ever reach this client: {refused}")
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._connect_timeout_s = connect_timeout_s
+        self.session = session or Session()
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._send_timeout_s = send_timeout_s
         self._producer: AIOKafkaProducer | None = None
@@ -265,11 +293,13 @@ class ContextClient(ReplyChannel):
         *,
         timeout: float = 10.0,
         explain: bool = False,
+        read_after: str | None = None,
     ) -> BuildReplyV1:
         """Publish one request and return its reply, brief or error, as the service sent it.
         The request's correlation id is a new one of this client's (the reply carries it).
         With ``explain`` an ok reply carries the brief's manifest (why each item is in it or
-        not: ``BuildReplyV1.manifest``).
+        not: ``BuildReplyV1.manifest``). The request reads after ``read_after`` and the
+        session's latest position, whichever is later.
 
         Raises:
             ReplyTimeout: no reply within ``timeout`` seconds; a reply that comes later is
@@ -282,6 +312,7 @@ class ContextClient(ReplyChannel):
             request=request,
             policy=policy,
             explain=explain,
+            read_after=latest(read_after, self.session.position),
         )
         future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
         self._pending[envelope.correlation_id] = future

@@ -180,6 +180,7 @@ class KnowledgeClient(ReplyChannel):
             raise ReplyTimeout(f"upload {key} was not final within {timeout:g} s") from None
         finally:
             self._statuses.pop(key, None)
+        self.session.note(status.position)
         return _raise_unless_ready(status)
 
     async def upload_file(

@@ -115,9 +115,11 @@ class MemoryClient(ReplyChannel):
                 organization_id,
             )
             async with asyncio.timeout(timeout):
-                return await waiter
+                answer = await waiter
         except TimeoutError:
             waited = f"{timeout:g} s"
             raise ReplyTimeout(f"memory {message.action} {key} unanswered in {waited}") from None
         finally:
             self._waiting.pop(key, None)
+        self.session.note(answer.position)
+        return answer

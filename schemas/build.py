@@ -27,6 +27,7 @@ from schemas.context import (
     ResourceRef,
 )
 from schemas.envelope import Envelope
+from schemas.position import Position
 
 SCHEMA_VERSION = 1
 
@@ -51,6 +52,11 @@ class BuildRequestV1(Envelope):
     explain: bool = False
     """Answer with the brief's manifest too: why each item is in the brief or not (off by
     default: the hot path builds none)."""
+    read_after: Position | None = None
+    """Read-your-writes: the ``position`` of a memory answer or of an upload's ``ready`` status
+    (the latest the caller holds). The sources then read a database that has that write (a
+    replica that has replayed this far, else the primary), and no cache; without it a replica
+    may serve a state up to its lag old (docs/scaling.md)."""
 
 
 class ErrorInfo(BaseModel):

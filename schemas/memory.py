@@ -41,6 +41,7 @@ from pydantic import (
 
 from schemas.context import StorableText
 from schemas.envelope import Envelope
+from schemas.position import Position
 
 NAMESPACES = ("observation.", "preference.")
 """The memory attribute namespaces: an application field name never carries either prefix, so a
@@ -231,19 +232,27 @@ class MemoryAnswerV1(BaseModel):
     reason: RefusalReason | None = None
     message: str | None = None
     details: list[str] = Field(default_factory=list)
+    position: Position | None = None
+    """Where the database's log stood once the call was applied (or found applied, or
+    refused on what is stored): name it as a build request's ``read_after`` and that build
+    reads this state or a later one. Absent on an answer the database was not asked for."""
 
     @classmethod
-    def of(cls, correlation_id: str, answer: Answer) -> MemoryAnswerV1:
+    def of(
+        cls, correlation_id: str, answer: Answer, *, position: str | None = None
+    ) -> MemoryAnswerV1:
         if isinstance(answer, Written):
             return cls(
                 correlation_id=correlation_id,
                 status="written",
                 change=answer.change,
                 memory=answer.memory,
+                position=position,
             )
         return cls(
             correlation_id=correlation_id,
             status="refused",
             reason=answer.reason,
             message=answer.message,
+            position=position,
         )

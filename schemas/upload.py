@@ -28,6 +28,7 @@ from uuid import UUID
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, RootModel, model_validator
 
 from schemas.envelope import CorrelationId, Envelope, TopicName
+from schemas.position import Position
 
 SCHEMA_VERSION = 1
 MAX_INLINE_CHARS = 900_000
@@ -173,6 +174,9 @@ class UploadStatusV1(BaseModel):
     reason: str | None = None
     """Why it ``failed``, was ``rejected`` or ``superseded``."""
     details: list[str] = Field(default_factory=list)
+    position: Position | None = None
+    """With ``ready``: where the database's log stood once the source was ready; a build
+    request naming it as ``read_after`` finds the document."""
 
 
 MAX_CHUNK_CHARS = 65_536

@@ -6,7 +6,8 @@ Start-up fails closed: the schema must match the code's migrations (checked as t
 role, the only privilege the runtime login has), the topics must exist, and the dossier
 listener must be up before the first record is fetched. Sources read the replica when
 ``CONTEXTCORE_DATABASE_READ_URL`` is set; the dossier invalidations are NOTIFYs, which only the
-primary delivers.
+primary delivers, and a request naming a position the replica has not replayed reads the
+primary (read_after.py).
 """
 
 from __future__ import annotations
@@ -17,11 +18,14 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import asyncpg
+
 from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics
 from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics, CacheStatistics, RoundTrips
+from consumers.build.read_after import Readers
 from consumers.build.replica_lag import watching_lag
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import SourceCaches, process_registry
@@ -30,12 +34,13 @@ from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
-from contextcore.builder import DefaultContextBuilder
+from contextcore.builder import ContextBuilder, DefaultContextBuilder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.settings import DatabaseSettings
 from contextcore.sources.cache import CacheInvalidator
+from contextcore.storage.positions import ReplayWatch
 from contextcore.storage.quotas import DatabaseQuotas
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.build import BuildReplyV1, BuildRequestV1
@@ -47,6 +52,20 @@ DESCRIPTION = (
     "topic its reply_to names, with its correlation_id: a brief, an error, or reuse_previous; "
     "a record without a usable address goes to the dead-letter topic."
 )
+
+
+@asynccontextmanager
+async def primary_pool(
+    database: DatabaseSettings, read_url: str
+) -> AsyncIterator[asyncpg.Pool | None]:
+    """A pool on the primary for the builds that must read a write the replica has not
+    replayed yet (read_after.py); ``None`` when the sources read the primary anyway. It opens
+    one connection and grows only while the replica lags behind such requests."""
+    if read_url == database.require_url():
+        yield None
+        return
+    async with verified_pool(database, opened=1) as pool:
+        yield pool
 
 
 GONE = ("CONTEXTCORE_BUILD_ORGANIZATION_RATE", "CONTEXTCORE_BUILD_ORGANIZATION_BURST")
@@ -86,6 +105,7 @@ def create_app(
         async with (
             verified_pool(database, url=read_url, opened=database.pool_size) as pool,
             watching_lag(pool, metrics.registry, every_s=build.replica_lag_interval_s),
+            primary_pool(database, read_url) as primary,
         ):
             try:
                 await invalidator.start()
@@ -95,19 +115,28 @@ def create_app(
                 metrics.registry.register(RoundTrips(tenants))
                 vectors = QueryVectors(encoders)
                 metrics.registry.register(CacheStatistics([*caches.by_channel().values(), vectors]))
-                registry = process_registry(
-                    tenants,
-                    caches,
-                    vectors=vectors,
-                    on_memory_drop=build_metrics.memory_drop_hook(),
+
+                def sources(on: TenantDatabase) -> ContextBuilder:
+                    registry = process_registry(
+                        on, caches, vectors=vectors, on_memory_drop=build_metrics.memory_drop_hook()
+                    )
+                    return DefaultContextBuilder(
+                        registry,
+                        ContextPacker(),
+                        source_timeout_s=build.source_timeout_s,
+                        observer=build_metrics,
+                    )
+
+                readers = Readers(
+                    read=sources(tenants),
+                    metrics=build_metrics,
+                    primary=None
+                    if primary is None
+                    else sources(TenantDatabase(primary, role=database.role)),
+                    replay=None if primary is None else ReplayWatch(pool),
                 )
+                registry = process_registry()  # admission: the same sources, declared
                 build_metrics.start_at_zero(registry.names)
-                builder = DefaultContextBuilder(
-                    registry,
-                    ContextPacker(),
-                    source_timeout_s=build.source_timeout_s,
-                    observer=build_metrics,
-                )
                 if build.preload_encoder:
                     for model in knowledge.models():
                         encoder = await encoders(model)
@@ -117,10 +146,11 @@ def create_app(
                         await asyncio.to_thread(encoder.encode, ["warm up"])
                 yield BuildHandler(
                     registry,
-                    builder,
+                    readers.read,
                     build_metrics,
                     reply_topics=reply_topics,
                     quotas=DatabaseQuotas(tenants, ttl_s=build.quotas_ttl_s),
+                    readers=readers,
                 )
             finally:
                 await invalidator.stop()

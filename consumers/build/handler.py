@@ -27,6 +27,7 @@ from uuid import UUID
 
 from broker.reply_topics import ReplyTopics
 from consumers.build.metrics import BuildMetrics
+from consumers.build.read_after import Readers
 from consumers.runtime.decoding import decode_request
 from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Stopwatch
@@ -97,9 +98,12 @@ class BuildHandler:
         *,
         reply_topics: ReplyTopics,
         quotas: QuotaReader | None = None,
+        readers: Readers | None = None,
     ) -> None:
+        """``builder`` builds every request, unless ``readers`` says which builder reads a
+        request that names a position (read-your-writes; ``builder`` is then its ``read``)."""
         self.registry = registry
-        self.builder = builder
+        self.readers = readers or Readers(read=builder, metrics=metrics)
         self.metrics = metrics
         self.reply_topics = reply_topics
         self.quotas = quotas
@@ -153,12 +157,11 @@ class BuildHandler:
             return BuildReplyV1(correlation_id=correlation_id, status="reuse_previous")
         manifest = None
         try:
+            builder = await self.readers.builder(envelope.read_after)
             if envelope.explain:
-                brief, manifest = await self.builder.build_explained(
-                    envelope.request, envelope.policy
-                )
+                brief, manifest = await builder.build_explained(envelope.request, envelope.policy)
             else:
-                brief = await self.builder.build(envelope.request, envelope.policy)
+                brief = await builder.build(envelope.request, envelope.policy)
         except RequiredContextSourceError as error:
             return BuildReplyV1.failed(
                 correlation_id,

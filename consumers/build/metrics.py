@@ -85,6 +85,7 @@ class BuildMetrics:
     dropped_items: Counter
     briefs_at_total: Counter
     memories_dropped: Counter
+    read_after: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry) -> BuildMetrics:
@@ -150,6 +151,14 @@ class BuildMetrics:
                 ["reason"],
                 registry=registry,
             ),
+            read_after=Counter(
+                "contextcore_build_read_after_total",
+                "Build requests that named a position to read after (read-your-writes), by the "
+                "database their sources read: replica (it had replayed that far) or primary "
+                "(it had not, or sources read the primary anyway).",
+                ["database"],
+                registry=registry,
+            ),
         )
 
     def start_at_zero(self, sources: Iterable[str]) -> None:
@@ -166,6 +175,8 @@ class BuildMetrics:
                 self.dropped_items.labels(source, reason)
         for reason in ("malformed_ref", "unknown_kind", "unresolved_ref"):
             self.memories_dropped.labels(reason)
+        for database in ("replica", "primary"):
+            self.read_after.labels(database)
 
     def memory_drop_hook(self) -> Callable[[str], None]:
         """A memory source ``on_drop`` hook that counts the drop (the source logs it)."""

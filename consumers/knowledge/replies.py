@@ -22,7 +22,11 @@ from schemas.envelope import printable
 from schemas.upload import UploadStatusV1
 
 
-def status_of(state: SourceState, correlation_id: str) -> UploadStatusV1:
+def status_of(
+    state: SourceState, correlation_id: str, *, position: str | None = None
+) -> UploadStatusV1:
+    """``position``: where the primary's log stood once the source was ready (``ready``
+    only)."""
     return UploadStatusV1(
         correlation_id=correlation_id,
         status=state.status,
@@ -30,6 +34,7 @@ def status_of(state: SourceState, correlation_id: str) -> UploadStatusV1:
         generation=state.generation,
         chunks=state.chunk_count,
         reason=printable(state.status_reason) if state.status_reason else None,
+        position=position if state.status == "ready" else None,
     )
 
 

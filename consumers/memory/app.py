@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
@@ -26,6 +27,7 @@ from consumers.runtime.metrics import RuntimeMetrics
 from contextcore.memory.service import MemoryService
 from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.settings import DatabaseSettings
+from contextcore.storage.positions import write_position
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.memory import MemoryAnswerV1, MemoryWriteV1
 
@@ -56,7 +58,10 @@ def create_app(
         async with verified_pool(database) as pool:
             service = MemoryService(PostgresMemoryJournal(TenantDatabase(pool, role=database.role)))
             yield MemoryHandler(
-                service, MemoryMetrics.create(metrics.registry), reply_topics=reply_topics
+                service,
+                MemoryMetrics.create(metrics.registry),
+                reply_topics=reply_topics,
+                position=partial(write_position, pool),
             )
 
     return ConsumerApp(

@@ -6,15 +6,17 @@
    reasons; without one it is dead-lettered.
 2. :class:`~contextcore.memory.service.MemoryService` applies it in one transaction with its
    journal row, so a redelivered call is answered the same and writes nothing.
-3. The answer goes to ``reply_to`` with the ``correlation_id``. A writer that kept losing the
-   race for a chain's head is a bounded retry; so is a database that does not answer.
+3. The answer goes to ``reply_to`` with the ``correlation_id``, and the primary's log
+   position once the call was applied (a later build naming it reads this state). A writer
+   that kept losing the race for a chain's head is a bounded retry; so is a database that does
+   not answer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from uuid import UUID
 
 from broker.reply_topics import ReplyTopics
@@ -36,11 +38,19 @@ COUNT_TIMEOUT_S = 2.0
 
 class MemoryHandler:
     def __init__(
-        self, service: MemoryService, metrics: MemoryMetrics, *, reply_topics: ReplyTopics
+        self,
+        service: MemoryService,
+        metrics: MemoryMetrics,
+        *,
+        reply_topics: ReplyTopics,
+        position: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
+        """``position``: the primary's log position, asked once a call is applied, which its
+        answer carries (read-your-writes); ``None`` for answers without one."""
         self.service = service
         self.metrics = metrics
         self.reply_topics = reply_topics
+        self.position = position
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
@@ -75,7 +85,10 @@ class MemoryHandler:
             # counted by the metric only: the journal's health counts invalid input)
             if not answer.journaled and answer.reason == "invalid_input":
                 await self._count_refusal(call.principal.organization_id, call.action)
-        return _reply(call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer))
+        position = None if self.position is None else await self.position()
+        return _reply(
+            call.reply_to, MemoryAnswerV1.of(call.correlation_id, answer, position=position)
+        )
 
     async def _count_refusal(self, organization_id: UUID, operation: str) -> None:
         """Best effort, bounded: the answer never waits on the count for long, and a count that

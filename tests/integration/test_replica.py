@@ -1,6 +1,8 @@
 """The dev stack's hot standby (issue 34, devstack/replica.py): a streaming replica of the
 embedded PostgreSQL, started as the other services are, and the build consumer's sources read
-from it when ``CONTEXTCORE_DATABASE_READ_URL`` names it."""
+from it when ``CONTEXTCORE_DATABASE_READ_URL`` names it. With the standby's replay delayed, a
+caller still reads what it was told is written (read-your-writes: the position its answers
+carry, consumers/build/read_after.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,13 @@ import asyncpg
 import pytest
 
 from broker.settings import TopicSettings
-from broker.topics import all_topics
+from broker.topics import all_topics, build_topics, ensure_topics, memory_topics, upload_topics
 from devstack.stack import DevStack
+from producers.client import ChannelOptions, ContextClient, Session
+from producers.knowledge import KnowledgeClient
+from producers.memory import MemoryClient
+from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
+from schemas.memory import Invoker, MemoryCandidate
 from tests.integration import seed
 from tests.integration.helpers import (
     free_port,
@@ -86,6 +93,7 @@ async def standby(database: Database, standby_port: int) -> AsyncIterator[asyncp
             yield connection
         finally:
             await connection.execute("SELECT pg_wal_replay_resume()")
+            await delay_replay(connection, "0")
             await connection.close()
 
 
@@ -216,3 +224,189 @@ async def below(value: Awaitable[float | None], bound: float) -> bool:
 async def above(value: Awaitable[float | None], bound: float) -> bool:
     found = await value
     return found is not None and found > bound
+
+
+async def delay_replay(standby: asyncpg.Connection, delay: str) -> None:
+    """Set the standby's ``recovery_min_apply_delay`` (it applies each commit this long after
+    the primary made it), and wait until the standby runs with it."""
+    await standby.execute(f"ALTER SYSTEM SET recovery_min_apply_delay = '{delay}'")
+    await standby.execute("SELECT pg_reload_conf()")
+    wanted = await standby.fetchval(f"SELECT '{delay}'::interval")
+
+    async def applied() -> bool:
+        now = await standby.fetchval("SELECT current_setting('recovery_min_apply_delay')")
+        return bool(await standby.fetchval("SELECT $1::text::interval = $2", now, wanted))
+
+    await until_true(applied)
+
+
+async def replayed(standby: asyncpg.Connection, position: str | None) -> bool:
+    assert position is not None
+    query = "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn"
+    return bool(await standby.fetchval(query, position))
+
+
+def counted(metrics: str, database: str) -> float:
+    """``contextcore_build_read_after_total{database=...}`` in a /metrics page."""
+    prefix = f'contextcore_build_read_after_total{{database="{database}"}} '
+    for line in metrics.splitlines():
+        if line.startswith(prefix):
+            return float(line.removeprefix(prefix))
+    raise AssertionError(f"no {prefix!r} in /metrics")
+
+
+async def scrape(port: int) -> str:
+    url = f"http://127.0.0.1:{port}/metrics"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+    return str(body.decode())
+
+
+def options(config: Config, session: Session | None = None) -> ChannelOptions:
+    """A client's options; with ``session``, its answers' positions are the session's."""
+    chosen = ChannelOptions(
+        bootstrap_servers=config.bootstrap,
+        reply_topic_prefix=config.topics.reply_prefix,
+        fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
+    )
+    if session is not None:
+        chosen["session"] = session
+    return chosen
+
+
+async def test_a_caller_reads_its_own_memory_writes_on_a_delayed_standby(
+    config: Config,
+    start_consumer: StartConsumer,
+    admin: asyncpg.Connection,
+    standby: asyncpg.Connection,
+    read_url: str,
+) -> None:
+    """The standby applies each commit a minute late. A caller whose clients share a session
+    (its answers' positions) reads a forget and a remember it was just told of; a build without
+    the position reads the standby's minute-old state, the documented staleness. Once the
+    standby has replayed the position, the same request reads the standby."""
+    await ensure_topics(
+        config.bootstrap, [*build_topics(config.topics), *memory_topics(config.topics)]
+    )
+    org = await seed.organization(admin)
+    await until_true(lambda: has_organization(standby, org))
+    port = free_port()
+    await asyncio.gather(
+        start_consumer(
+            config.with_("database", read_url=read_url).with_("build", metrics_port=port)
+        ),
+        start_consumer(config, consumer="memory"),
+    )
+    principal = Invoker(organization_id=org, definition_id=uuid.uuid4(), user_id=uuid.uuid4())
+    request = ContextRequest(
+        subject=ContextSubject(
+            organization_id=org,
+            user_id=principal.user_id,
+            trigger_id=None,
+            definition_id=principal.definition_id,
+        ),
+        query="how should I answer?",
+        entities=(),
+    )
+    policy = ContextPolicy(
+        total_token_budget=1_000, sources=[ContextSourceSpec(name="memory", token_budget=1_000)]
+    )
+
+    def memory(attribute: str, text: str) -> MemoryCandidate:
+        return MemoryCandidate(scope="user", attribute=attribute, text=text)
+
+    session = Session()
+    async with (
+        MemoryClient(
+            memory_topic=config.topics.memory_write, **options(config, session)
+        ) as memories,
+        ContextClient(request_topic=config.request_topic, **options(config, session)) as ours,
+        ContextClient(request_topic=config.request_topic, **options(config)) as anyone,
+    ):
+        kept = await memories.remember(principal, memory("preference.length", "Short answers"))
+        assert kept.status == "written", kept
+        assert kept.memory is not None
+        await until_true(lambda: replayed(standby, kept.position))
+        await delay_replay(standby, "1min")
+        forgotten = await memories.forget(principal, kept.memory.id)
+        learned = await memories.remember(principal, memory("preference.language", "In Welsh"))
+        assert (forgotten.status, learned.status) == ("written", "written")
+        assert session.position == learned.position
+
+        stale = await anyone.build(request, policy, timeout=30)
+        assert "Short answers" in stale.text
+        assert "In Welsh" not in stale.text
+        fresh = await ours.build(request, policy, timeout=30)
+        assert "Short answers" not in fresh.text
+        assert "In Welsh" in fresh.text
+        assert counted(await scrape(port), "primary") == 1
+
+        await delay_replay(standby, "0")
+        await until_true(lambda: replayed(standby, session.position))
+        again = await ours.build(request, policy, timeout=30)
+        assert again.text == fresh.text
+        metrics = await scrape(port)
+        assert (counted(metrics, "primary"), counted(metrics, "replica")) == (1, 1)
+
+
+async def test_an_uploader_finds_its_ready_document_on_a_delayed_standby(
+    config: Config,
+    start_consumer: StartConsumer,
+    admin: asyncpg.Connection,
+    standby: asyncpg.Connection,
+    read_url: str,
+) -> None:
+    """A document ready while the standby applies commits a minute late: the build naming the
+    ready status's position finds it; one without reads the standby's state, which has no such
+    document yet."""
+    await ensure_topics(
+        config.bootstrap, [*build_topics(config.topics), *upload_topics(config.topics)]
+    )
+    org = await seed.organization(admin)
+    await until_true(lambda: has_organization(standby, org))
+    await asyncio.gather(
+        start_consumer(
+            config.with_("database", read_url=read_url).with_("build", preload_encoder=True)
+        ),
+        start_consumer(config, consumer="upload"),
+        start_consumer(config, consumer="embed"),
+    )
+    request = ContextRequest(
+        subject=ContextSubject(
+            organization_id=org, user_id=None, trigger_id=None, definition_id=None
+        ),
+        query="can I get my money back after cancelling?",
+        entities=(),
+    )
+    policy = ContextPolicy(
+        total_token_budget=1_500,
+        sources=[
+            ContextSourceSpec(
+                name="knowledge",
+                token_budget=1_500,
+                limit=8,
+                options={"include_organization": True},
+            )
+        ],
+    )
+    session = Session()
+    async with (
+        KnowledgeClient(upload_topic=config.topics.upload, **options(config, session)) as knowledge,
+        ContextClient(request_topic=config.request_topic, **options(config, session)) as ours,
+        ContextClient(request_topic=config.request_topic, **options(config)) as anyone,
+    ):
+        await delay_replay(standby, "1min")
+        ready = await knowledge.upload(
+            organization_id=org,
+            title="Handbook",
+            media_type="text/markdown",
+            uri="docs://handbook",
+            content="# Handbook\n\n## Refunds\n\nA customer may cancel within 30 days of "
+            "purchase and receive a full refund.",
+            timeout=120,
+        )
+        assert ready.position is not None
+        assert session.position == ready.position
+        stale = await anyone.build(request, policy, timeout=30)
+        assert "full refund" not in stale.text
+        fresh = await ours.build(request, policy, timeout=30)
+        assert "full refund" in fresh.text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
@@ -27,6 +28,7 @@ from contextcore.knowledge.embed import Embedder
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.knowledge.store import PostgresChunkStore
 from contextcore.settings import DatabaseSettings
+from contextcore.storage.positions import write_position
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, UploadStatusV1
 
@@ -65,7 +67,7 @@ def create_app(
             )
             for model in knowledge.models():  # each model's count starts at 0
                 embed_metrics.chunks.labels(model)
-            yield EmbedHandler(embedder, embed_metrics)
+            yield EmbedHandler(embedder, embed_metrics, position=partial(write_position, pool))
 
     return ConsumerApp(
         name="embed",

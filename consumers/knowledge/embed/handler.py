@@ -13,6 +13,7 @@ source stays pending, and the sweep fails it with the count of chunks stored).
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
@@ -28,9 +29,18 @@ from schemas.upload import EmbedBatchV1
 
 
 class EmbedHandler:
-    def __init__(self, embedder: Embedder, metrics: EmbedMetrics) -> None:
+    def __init__(
+        self,
+        embedder: Embedder,
+        metrics: EmbedMetrics,
+        *,
+        position: Callable[[], Awaitable[str | None]] | None = None,
+    ) -> None:
+        """``position``: the primary's log position, asked once a source is ready, which its
+        ``ready`` status carries (read-your-writes)."""
         self.embedder = embedder
         self.metrics = metrics
+        self.position = position
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         with watch.stage("decode"):
@@ -67,9 +77,9 @@ class EmbedHandler:
         self.metrics.sources_ready.inc()
         if source.reply_to is None or source.correlation_id is None:
             return Done()
-        return reply(
-            source.reply_to, source.correlation_id, status_of(source, source.correlation_id)
-        )
+        position = None if self.position is None else await self.position()
+        status = status_of(source, source.correlation_id, position=position)
+        return reply(source.reply_to, source.correlation_id, status)
 
     def farewell(self, record: Inbound, reason: str) -> Reply | None:
         """Nobody waits on an embedding batch: its source stays pending, and the sweep fails

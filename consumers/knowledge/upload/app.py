@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
@@ -30,6 +31,7 @@ from contextcore.knowledge.sandbox import SandboxLimits, TextSandbox
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.knowledge.store import PostgresKnowledgeRepository
 from contextcore.settings import DatabaseSettings
+from contextcore.storage.positions import write_position
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, UploadStatusV1, UploadTopicV1
 
@@ -99,6 +101,7 @@ def create_app(
                     reply_topics=reply_topics,
                     max_attempts=upload.max_attempts,
                     max_record_bytes=kafka.max_record_bytes,
+                    position=partial(write_position, pool),
                 )
             finally:
                 await sandbox.close()

@@ -27,7 +27,7 @@ about to forget (if the rule allows it): nobody else could tell it any more.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -90,13 +90,16 @@ class UploadHandler:
         reply_topics: ReplyTopics,
         max_attempts: int = 4,
         max_record_bytes: int = 1_000_000,
+        position: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         """``reply_topics``: the rule every ``reply_to`` passes, at intake and in
         :meth:`tell_superseded`. ``max_attempts``: the runtime's; the last attempt of an upload
         whose object store does not answer fails its source (the uploader hears why) instead of
         a dead letter. ``max_record_bytes``: the broker's record limit, which every batch's
-        record fits."""
+        record fits. ``position``: the primary's log position, which a ``ready`` status
+        carries (read-your-writes)."""
         self.ingestion = ingestion
+        self.position = position
         self.publisher = publisher
         self.embed_topic = embed_topic
         self.metrics = metrics
@@ -150,7 +153,7 @@ class UploadHandler:
                 records = []
             for key, value, organization in records:
                 await self.publish(key, value, organization)
-        status = answer(prepared, decoded.correlation_id)
+        status = await self.answer(prepared, decoded.correlation_id)
         self.metrics.uploads.labels(outcome=status.status).inc()
         self.metrics.batches_published.inc(len(prepared.batches))
         return reply(decoded.reply_to, decoded.correlation_id, status)
@@ -189,8 +192,15 @@ class UploadHandler:
         self.metrics.batches_published.inc(len(prepared.batches))
         if command.reply_to is None or command.correlation_id is None:
             return Done()
-        status = answer(prepared, command.correlation_id)
+        status = await self.answer(prepared, command.correlation_id)
         return reply(command.reply_to, command.correlation_id, status)
+
+    async def answer(self, prepared: Prepared, correlation_id: str) -> UploadStatusV1:
+        """:func:`answer`, and a ``ready`` one with the primary's log position."""
+        status = answer(prepared, correlation_id)
+        if status.status != "ready" or self.position is None:
+            return status
+        return status.model_copy(update={"position": await self.position()})
 
     async def tell_superseded(self, replaced: Superseded) -> None:
         """Tell the uploader of a pending generation this record's upload replaced: its final
