@@ -522,6 +522,7 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         upload_partitions=2,
         embed=f"bench.{tag}.embed",
         embed_partitions=2,
+        memory_write=f"bench.{tag}.memory-write",
         reply_prefix=f"bench.{tag}.reply",
     )
     await ensure_topics(args.bootstrap, upload_topics(topics))
@@ -533,6 +534,7 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         "CONTEXTCORE_DATABASE_URL": url,
         "CONTEXTCORE_TOPIC_UPLOAD": topics.upload,
         "CONTEXTCORE_TOPIC_EMBED": topics.embed,
+        "CONTEXTCORE_TOPIC_MEMORY_WRITE": topics.memory_write,
         "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
         "CONTEXTCORE_UPLOAD_GROUP_ID": f"bench-{tag}-upload",
         "CONTEXTCORE_UPLOAD_METRICS_PORT": "0",
@@ -641,6 +643,7 @@ async def fresh_topics(
         upload_partitions=2,
         embed=f"bench.{tag}.embed",
         embed_partitions=2,
+        memory_write=f"bench.{tag}.memory-write",
         reply_prefix=f"bench.{tag}.reply",
     )
     specs = [spec for kind in kinds for spec in kind(topics)]
@@ -667,10 +670,11 @@ def service_env(
         "CONTEXTCORE_TOPIC_BUILD_REQUEST": topics.build_request,
         "CONTEXTCORE_TOPIC_UPLOAD": topics.upload,
         "CONTEXTCORE_TOPIC_EMBED": topics.embed,
+        "CONTEXTCORE_TOPIC_MEMORY_WRITE": topics.memory_write,
         "CONTEXTCORE_TOPIC_REPLY_PREFIX": topics.reply_prefix,
         "CONTEXTCORE_KNOWLEDGE_CACHE_DIR": str(CACHE / "models"),
     }
-    for consumer in ("BUILD", "UPLOAD", "EMBED"):
+    for consumer in ("BUILD", "UPLOAD", "EMBED", "MEMORY"):
         env[f"CONTEXTCORE_{consumer}_GROUP_ID"] = f"bench-{tag}-{consumer.lower()}"
         env[f"CONTEXTCORE_{consumer}_METRICS_PORT"] = "0"
     return env | {f"CONTEXTCORE_{name}": value for name, value in settings.items()}
@@ -816,9 +820,11 @@ REPLY_TIMEOUT_S = 60.0
 THROTTLED = re.compile(r'^contextcore_build_throttled_total\{organization="([^"]*)"\} (\S+)$', re.M)
 
 
-async def closed_loop(call: Callable[[int], Awaitable[None]], seconds: float) -> float:
-    """``OUTSTANDING`` callers, each calling again as soon as its call returns, until
-    ``seconds`` have passed; the seconds until the last call returned."""
+async def closed_loop(
+    call: Callable[[int], Awaitable[None]], seconds: float, callers: int = OUTSTANDING
+) -> float:
+    """``callers`` callers, each calling again as soon as its call returns, until ``seconds``
+    have passed; the seconds until the last call returned."""
     over = deadline(seconds)
     began = time.perf_counter()
 
@@ -826,7 +832,7 @@ async def closed_loop(call: Callable[[int], Awaitable[None]], seconds: float) ->
         while not over():
             await call(0)
 
-    await asyncio.gather(*(caller() for _ in range(OUTSTANDING)))
+    await asyncio.gather(*(caller() for _ in range(callers)))
     return time.perf_counter() - began
 
 

@@ -41,6 +41,7 @@ from collections.abc import Callable
 import asyncpg
 
 from bench.corpora import CACHE, fetch, held_out
+from bench.memory import WAL_NOW, WAL_SINCE
 from bench.processes import (
     machine_busy_seconds,
     peak_rss_mb,
@@ -166,6 +167,7 @@ async def main() -> None:
         cpu_before = {name: tree_cpu_seconds(pid) for name, pid in processes.items()}
         busy_before, all_before = machine_busy_seconds()
         bench_before = time.process_time()
+        wal = await admin.fetchval(WAL_NOW)
         started = time.perf_counter()
         for stem, html in docs:
             message = {
@@ -197,18 +199,26 @@ async def main() -> None:
         cpu = {name: tree_cpu_seconds(pid) - cpu_before[name] for name, pid in processes.items()}
         cpu["this bench"] = time.process_time() - bench_before
         rss = {"upload": peak_rss_mb(upload.pid), "embed": peak_rss_mb(embed.pid)}
+        wal_bytes = await admin.fetchval(WAL_SINCE, wal)
     finally:
         reader.close()
         for process in (upload, embed):
             process.send_signal(signal.SIGTERM)
             process.wait(60)
     rows = await admin.fetch("SELECT text FROM knowledge_chunks ORDER BY id")
+    stored = await admin.fetchval(
+        "SELECT pg_total_relation_size('knowledge_chunks') + pg_total_relation_size("
+        "'knowledge_sources')"
+    )
     await admin.close()
     texts = [r["text"] for r in rows]
     ready = sum(1 for s in final.values() if s == "ready")
     print(
         f"pipeline: {ready}/{len(docs)} ready, {len(texts)} chunks in {elapsed:.1f} s: "
-        f"{len(docs) / elapsed:.2f} documents/s, {len(texts) / elapsed:.1f} chunks/s"
+        f"{len(docs) / elapsed:.2f} documents/s, {len(texts) / elapsed:.1f} chunks/s; "
+        f"WAL {wal_bytes / max(len(texts), 1):,.0f} bytes a chunk, stored "
+        f"{stored / max(len(texts), 1):,.0f} bytes a chunk (chunks and sources, indexes "
+        "included)"
     )
     cores = (all_after - all_before) / elapsed
     print(

@@ -99,6 +99,29 @@ async def writes(
         await asyncio.gather(*(c.close() for c in clients))
 
 
+WAL_NOW = "SELECT pg_current_wal_lsn()::text"
+WAL_SINCE = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), $1::text::pg_lsn)"
+"""The primary's log written since a position: the whole cluster's, so a quiet one (the dev
+stack's, under this bench alone) to be read as the writes'."""
+
+
+async def stored_bytes(admin: asyncpg.Connection) -> str:
+    """What a revision and its journal row hold on disk, tables with their indexes and TOAST."""
+    rows = await admin.fetchrow(
+        "SELECT (SELECT count(*) FROM memories) AS revisions,"
+        " (SELECT count(*) FROM memory_writes) AS journal,"
+        " pg_total_relation_size('memories') AS memories_bytes,"
+        " pg_total_relation_size('memory_writes') AS journal_bytes"
+    )
+    assert rows is not None
+    return (
+        f"stored: {rows['memories_bytes'] / max(rows['revisions'], 1):,.0f} bytes a revision "
+        f"({rows['revisions']:,} in memories, indexes included), "
+        f"{rows['journal_bytes'] / max(rows['journal'], 1):,.0f} bytes a journal row "
+        f"({rows['journal']:,})"
+    )
+
+
 async def seed_memories(admin: asyncpg.Connection, orgs: list[uuid.UUID]) -> None:
     """10,000 live chains per organization, 1 in 10 with an older revision, 1 in 50 with a
     tombstone after it (not live), 1 in 5 user memories, 1 in 20 naming a CRM company."""
@@ -332,20 +355,24 @@ async def main() -> None:
                 for producers in (1, 4, 16):
                     cpu = {p: tree_cpu_seconds(p) for p in (consumer.pid, postgres, tansu)}
                     own = time.process_time()
+                    wal = await admin.fetchval(WAL_NOW)
                     rate = await writes(
                         bootstrap, topics, orgs, producers, args.writes, args.window
                     )
+                    wal_bytes = await admin.fetchval(WAL_SINCE, wal)
                     used = {p: tree_cpu_seconds(p) - cpu[p] for p in cpu}
                     used[os.getpid()] = time.process_time() - own
                     print(
                         f"remember end to end, {producers:>2} producers x {args.window} in flight: "
                         f"{rate:,.0f} writes/s (target >= 1,000); CPU s: consumer "
                         f"{used[consumer.pid]:.1f}, PostgreSQL {used[postgres]:.1f}, Tansu "
-                        f"{used[tansu]:.1f}, the producers (this process) {used[os.getpid()]:.1f}"
+                        f"{used[tansu]:.1f}, the producers (this process) {used[os.getpid()]:.1f}; "
+                        f"WAL {wal_bytes / args.writes:,.0f} bytes a write"
                     )
                 print(
                     f"memory consumer peak RSS: {peak_rss_mb(consumer.pid):.0f} MB (target < 300)"
                 )
+                print(await stored_bytes(admin))
             finally:
                 consumer.send_signal(signal.SIGTERM)
                 consumer.wait(60)

@@ -1,12 +1,16 @@
-"""The build group scaled out and in (issue 34): builds a second with 1, 2 and 3 processes, and
-what each join and leave costs the requests in flight, in one run.
+"""A consumer group scaled out and in (issue 34): requests a second with 1, 2 and 3 processes,
+and what each join and leave costs the requests in flight, in one run.
 
-    python -m bench.scale [--seconds 5] [--step 12] [--load 0.6]
+    python -m bench.scale [--group build|memory] [--seconds 5] [--step 12] [--load 0.6]
 
-1. **Throughput.** For 1, 2 and 3 build processes in one group (fresh topics of 4 partitions),
-   the demo's typical builds with 32 always waiting, for ``--seconds`` after a warm-up:
-   builds a second answered ``ok``.
-2. **Pauses.** A fresh group of one process; builds paced at ``--load`` times what one process
+``--group build`` (the default): the demo's typical builds. ``--group memory``: ``remember``
+calls, each a new user memory of the organization (a new chain), answered ``written``.
+
+1. **Throughput.** For 1, 2 and 3 processes in one group (fresh topics of 4 partitions), with
+   ``--outstanding`` requests always waiting, for ``--seconds`` after a warm-up: requests a
+   second answered (``ok`` briefs, ``written`` memories). Too few outstanding and the figure is
+   that many over the round trip (the long polls' share of it above all), not the group's.
+2. **Pauses.** A fresh group of one process; requests paced at ``--load`` times what one process
    sustained in (1); every ``--step`` seconds the group changes as an autoscaler (KEDA) and a
    crash change it: a second process joins, a third joins, one leaves by SIGTERM (it drains
    and commits first), one is killed (``kill -9``: its partitions wait for the group's session
@@ -14,7 +18,7 @@ what each join and leave costs the requests in flight, in one run.
    gap between two replies in the ``--step`` seconds from it, the p99 of the requests sent
    then, and the requests that got no reply.
 
-The build processes poll the broker every ``--fetch-wait-ms`` (250): on the dev broker (Tansu) a
+The processes poll the broker every ``--fetch-wait-ms`` (250): on the dev broker (Tansu) a
 shorter long poll starves a member that lags behind its partitions' ends, as every member does
 after a rebalance (docs/delivery.md), and the pauses would measure that.
 
@@ -33,7 +37,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -55,9 +60,12 @@ from bench.fairness import (
 )
 from bench.processes import peak_rss_mb, start_consumer
 from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, seed
-from broker.topics import build_topics
-from producers.client import ContextClient
-from schemas.context import ContextRequest
+from broker.settings import TopicSettings
+from broker.topics import build_topics, memory_topics
+from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
+from producers.memory import MemoryClient
+from schemas.errors import ReplyTimeout
+from schemas.memory import Invoker, MemoryCandidate
 
 PROCESSES = (1, 2, 3)
 CHANGES = ("a second process joins", "a third joins", "one leaves (SIGTERM)", "one is killed")
@@ -65,15 +73,16 @@ CHANGES = ("a second process joins", "a third joins", "one leaves (SIGTERM)", "o
 
 @dataclass
 class Group:
-    """The build processes of one group, started and stopped as an autoscaler would."""
+    """The processes of one group, started and stopped as an autoscaler would."""
 
+    consumer: str
     env: dict[str, str]
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
     leaving: list[subprocess.Popen[bytes]] = field(default_factory=list)
     peaks: list[float] = field(default_factory=list)
 
     def join(self) -> None:
-        self.processes.append(start_consumer("build", self.env))
+        self.processes.append(start_consumer(self.consumer, self.env))
 
     def leave(self, sig: signal.Signals) -> None:
         """Signal the newest process and return (a SIGTERMed one drains meanwhile)."""
@@ -89,41 +98,84 @@ class Group:
             process.wait(60)
 
 
+Call = Callable[[int], Awaitable[None]]
+Caller = Callable[[Tally, float], Call]
+"""A request of the group's flow, its answer counted in a tally, with a reply timeout."""
+
+
+def rememberer(client: MemoryClient, org: Org, tally: Tally, timeout: float) -> Call:
+    """``paced``'s call: one ``remember`` of a new user memory of ``org`` (a chain of its own);
+    a ``written`` answer counts as ``ok``, any other by its reason."""
+    definition = uuid.uuid4()
+
+    async def remember(i: int) -> None:
+        principal = Invoker(organization_id=org.id, definition_id=definition, user_id=uuid.uuid4())
+        memory = MemoryCandidate(scope="user", attribute="preference.tone", text=f"Tone {i}")
+        tally.sent += 1
+        started = time.perf_counter()
+        tally.first = min(tally.first, started)
+        try:
+            answer = await client.remember(principal, memory, timeout=timeout)
+        except ReplyTimeout:
+            tally.unanswered += 1
+            return
+        tally.last = max(tally.last, time.perf_counter())
+        if answer.status == "written":
+            tally.ok.append((started, (time.perf_counter() - started) * 1000))
+        else:
+            tally.other[answer.reason or answer.status] += 1
+
+    return remember
+
+
+@contextlib.asynccontextmanager
+async def callers(
+    group: str, bootstrap: str, topics: TopicSettings, org: Org
+) -> AsyncIterator[Caller]:
+    """A client of ``group``'s topic, as a maker of calls."""
+    if group == "memory":
+        async with MemoryClient(
+            memory_topic=topics.memory_write,
+            bootstrap_servers=bootstrap,
+            reply_topic_prefix=topics.reply_prefix,
+            fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
+        ) as memory:
+            yield lambda tally, timeout: rememberer(memory, org, tally, timeout)
+        return
+    async with build_client(bootstrap, topics.build_request, topics.reply_prefix) as client:
+        turn = turns(org, 1)
+        yield lambda tally, timeout: builder(client, turn, TYPICAL_POLICY, tally, timeout)
+
+
 @contextlib.asynccontextmanager
 async def warm_group(
     args: argparse.Namespace, url: str, org: Org, count: int
-) -> AsyncIterator[tuple[Group, ContextClient, Callable[[int], ContextRequest]]]:
-    """``count`` build processes in a group of their own (fresh topics), and a client whose
-    builds of ``org``'s turns have run for 6 s at 20/s: the group settled, the caches full."""
-    async with fresh_topics(args.bootstrap, build_topics) as (tag, topics):
-        group = Group(
-            service_env(
-                args,
-                url,
-                tag,
-                topics,
-                BUILD_PRELOAD_ENCODER="false",
-                BUILD_FETCH_MAX_WAIT_MS=str(args.fetch_wait_ms),
-            )
+) -> AsyncIterator[tuple[Group, Caller]]:
+    """``count`` processes of ``args.group`` in a group of their own (fresh topics), and a
+    client whose requests of ``org`` have run for 6 s at 20/s: the group settled, the caches
+    full."""
+    kinds = memory_topics if args.group == "memory" else build_topics
+    async with fresh_topics(args.bootstrap, kinds) as (tag, topics):
+        poll = f"{args.group.upper()}_FETCH_MAX_WAIT_MS"
+        env = service_env(
+            args, url, tag, topics, BUILD_PRELOAD_ENCODER="false", **{poll: str(args.fetch_wait_ms)}
         )
+        group = Group(args.group, env)
         try:
             for _ in range(count):
                 group.join()
-            async with build_client(args.bootstrap, topics.build_request, topics.reply_prefix) as c:
-                turn = turns(org, 1)
-                warm = builder(c, turn, TYPICAL_POLICY, Tally(), REPLY_TIMEOUT_S)
-                await paced(20, deadline(6), warm)
-                yield group, c, turn
+            async with callers(args.group, args.bootstrap, topics, org) as caller:
+                await paced(20, deadline(6), caller(Tally(), REPLY_TIMEOUT_S))
+                yield group, caller
         finally:
             group.stop()
 
 
 async def throughput(args: argparse.Namespace, url: str, org: Org, count: int) -> float:
-    """Builds a second ``count`` processes answer ``ok``, with ``OUTSTANDING`` always waiting."""
+    """Requests a second ``count`` processes answer, with ``--outstanding`` always waiting."""
     tally = Tally()
-    async with warm_group(args, url, org, count) as (_, client, turn):
-        call = builder(client, turn, TYPICAL_POLICY, tally, REPLY_TIMEOUT_S)
-        elapsed = await closed_loop(call, args.seconds)
+    async with warm_group(args, url, org, count) as (_, caller):
+        elapsed = await closed_loop(caller(tally, REPLY_TIMEOUT_S), args.seconds, args.outstanding)
     return len(tally.ok) / elapsed
 
 
@@ -151,8 +203,8 @@ class Window:
 
 async def pauses(args: argparse.Namespace, url: str, org: Org, rate: float) -> None:
     tally = Tally()
-    async with warm_group(args, url, org, 1) as (group, client, turn):
-        call = builder(client, turn, TYPICAL_POLICY, tally, args.reply_timeout)
+    async with warm_group(args, url, org, 1) as (group, caller):
+        call = caller(tally, args.reply_timeout)
         began = time.perf_counter()
         steps = len(CHANGES) + 1
         load = asyncio.create_task(paced(rate, deadline(steps * args.step), call))
@@ -168,16 +220,25 @@ async def pauses(args: argparse.Namespace, url: str, org: Org, rate: float) -> N
             windows.append(Window(change, at, at + args.step))
         await load
     print(
-        f"  builds paced at {rate:,.0f}/s ({args.load:g} of one process), a change every "
-        f"{args.step:g} s: {tally.answers()}"
+        f"  {args.group} requests paced at {rate:,.0f}/s ({args.load:g} of one process), a "
+        f"change every {args.step:g} s: {tally.answers()}"
     )
     for window in windows:
         print(window.line(tally))
-    print(f"  peak RSS of the build processes: {', '.join(f'{p:,.0f} MB' for p in group.peaks)}")
+    peaks = ", ".join(f"{p:,.0f} MB" for p in group.peaks)
+    print(f"  peak RSS of the {args.group} processes: {peaks}")
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
+    parser.add_argument("--group", choices=("build", "memory"), default="build")
+    parser.add_argument(
+        "--outstanding",
+        type=int,
+        default=OUTSTANDING,
+        help="throughput: requests always waiting; too few and the figure is the round trip's "
+        f"(at most this many over one round trip), not the group's ({OUTSTANDING})",
+    )
     parser.add_argument("--seconds", type=float, default=5.0, help="each throughput run")
     parser.add_argument("--step", type=float, default=12.0, help="seconds between changes")
     parser.add_argument("--load", type=float, default=0.6, help="of one process's builds/s")
@@ -208,9 +269,9 @@ async def main() -> None:
         for count in PROCESSES:
             rates[count] = await throughput(args, seeded.url, org, count)
             print(
-                f"  {count} build process{'es' if count > 1 else ''}: {rates[count]:,.1f} builds/s "
-                f"({rates[count] / rates[1]:.2f} of one; {OUTSTANDING} always waiting, "
-                f"{args.seconds:g} s)",
+                f"  {count} {args.group} process{'es' if count > 1 else ''}: "
+                f"{rates[count]:,.1f} requests/s ({rates[count] / rates[1]:.2f} of one; "
+                f"{args.outstanding} always waiting, {args.seconds:g} s)",
                 flush=True,
             )
         await pauses(args, seeded.url, org, args.load * rates[1])
