@@ -4,7 +4,8 @@ and what each join and leave costs the requests in flight, in one run.
     python -m bench.scale [--group build|memory] [--seconds 5] [--step 12] [--load 0.6]
 
 ``--group build`` (the default): the demo's typical builds. ``--group memory``: ``remember``
-calls, each a new user memory of the organization (a new chain), answered ``written``.
+calls over 32 organizations (calls are keyed by organization), each a new user memory (a new
+chain), answered ``written``.
 
 1. **Throughput.** For 1, 2 and 3 processes in one group (fresh topics of 4 partitions), with
    ``--outstanding`` requests always waiting, for ``--seconds`` after a warm-up: requests a
@@ -103,13 +104,19 @@ Caller = Callable[[Tally, float], Call]
 """A request of the group's flow, its answer counted in a tally, with a reply timeout."""
 
 
-def rememberer(client: MemoryClient, org: Org, tally: Tally, timeout: float) -> Call:
-    """``paced``'s call: one ``remember`` of a new user memory of ``org`` (a chain of its own);
-    a ``written`` answer counts as ``ok``, any other by its reason."""
+MEMORY_ORGANIZATIONS = 32
+"""The organizations the memory calls take turns over: calls are keyed by organization, so one
+organization's go to one partition and one process (32 over 4 partitions reach every one)."""
+
+
+def rememberer(client: MemoryClient, orgs: list[uuid.UUID], tally: Tally, timeout: float) -> Call:
+    """``paced``'s call: one ``remember`` of a new user memory of one of ``orgs`` in turn (a
+    chain of its own); a ``written`` answer counts as ``ok``, any other by its reason."""
     definition = uuid.uuid4()
 
     async def remember(i: int) -> None:
-        principal = Invoker(organization_id=org.id, definition_id=definition, user_id=uuid.uuid4())
+        org = orgs[i % len(orgs)]
+        principal = Invoker(organization_id=org, definition_id=definition, user_id=uuid.uuid4())
         memory = MemoryCandidate(scope="user", attribute="preference.tone", text=f"Tone {i}")
         tally.sent += 1
         started = time.perf_counter()
@@ -130,9 +137,10 @@ def rememberer(client: MemoryClient, org: Org, tally: Tally, timeout: float) -> 
 
 @contextlib.asynccontextmanager
 async def callers(
-    group: str, bootstrap: str, topics: TopicSettings, org: Org
+    group: str, bootstrap: str, topics: TopicSettings, org: Org, orgs: list[uuid.UUID]
 ) -> AsyncIterator[Caller]:
-    """A client of ``group``'s topic, as a maker of calls."""
+    """A client of ``group``'s topic, as a maker of calls: builds of ``org``'s turns, or
+    memory calls over ``orgs``."""
     if group == "memory":
         async with MemoryClient(
             memory_topic=topics.memory_write,
@@ -140,7 +148,7 @@ async def callers(
             reply_topic_prefix=topics.reply_prefix,
             fetch_max_wait_ms=TANSU_FETCH_MAX_WAIT_MS,
         ) as memory:
-            yield lambda tally, timeout: rememberer(memory, org, tally, timeout)
+            yield lambda tally, timeout: rememberer(memory, orgs, tally, timeout)
         return
     async with build_client(bootstrap, topics.build_request, topics.reply_prefix) as client:
         turn = turns(org, 1)
@@ -164,7 +172,7 @@ async def warm_group(
         try:
             for _ in range(count):
                 group.join()
-            async with callers(args.group, args.bootstrap, topics, org) as caller:
+            async with callers(args.group, args.bootstrap, topics, org, args.orgs) as caller:
                 await paced(20, deadline(6), caller(Tally(), REPLY_TIMEOUT_S))
                 yield group, caller
         finally:
@@ -265,6 +273,11 @@ async def main() -> None:
     print(f"CPU flags: {cpu_flags()}; {os.cpu_count()} cores")
     try:
         await seed(admin, [org])
+        args.orgs = [org.id, *(uuid.uuid4() for _ in range(MEMORY_ORGANIZATIONS - 1))]
+        await admin.executemany(
+            "INSERT INTO organizations (id, name) VALUES ($1, 'bench')",
+            [(o,) for o in args.orgs[1:]],
+        )
         rates = {}
         for count in PROCESSES:
             rates[count] = await throughput(args, seeded.url, org, count)

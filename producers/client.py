@@ -332,7 +332,12 @@ class ContextClient(ReplyChannel):
             self._pending.pop(envelope.correlation_id, None)
 
     async def build(
-        self, request: ContextRequest, policy: ContextPolicy, *, timeout: float = 10.0
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        timeout: float = 10.0,
+        read_after: str | None = None,
     ) -> ContextBrief:
         """The brief for ``request`` under ``policy`` (see :meth:`request`).
 
@@ -341,7 +346,7 @@ class ContextClient(ReplyChannel):
             ReplyTimeout: no reply within ``timeout`` seconds.
             PublishFailed: the broker did not take the request.
         """
-        reply = await self.request(request, policy, timeout=timeout)
+        reply = await self.request(request, policy, timeout=timeout, read_after=read_after)
         if reply.status == "error":
             assert reply.error is not None
             raise BuildFailed(reply.error)

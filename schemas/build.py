@@ -55,8 +55,9 @@ class BuildRequestV1(Envelope):
     read_after: Position | None = None
     """Read-your-writes: the ``position`` of a memory answer or of an upload's ``ready`` status
     (the latest the caller holds). The sources then read a database that has that write (a
-    replica that has replayed this far, else the primary), and no cache; without it a replica
-    may serve a state up to its lag old (docs/scaling.md)."""
+    replica that has replayed this far, else the primary); without it a replica may serve a
+    state up to its lag old (docs/scaling.md). A position the primary never wrote is read as
+    none."""
 
 
 class ErrorInfo(BaseModel):

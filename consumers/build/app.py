@@ -25,7 +25,7 @@ from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics
 from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics, CacheStatistics, RoundTrips
-from consumers.build.read_after import Readers
+from consumers.build.read_after import Primary, Readers
 from consumers.build.replica_lag import watching_lag
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import SourceCaches, process_registry
@@ -40,7 +40,7 @@ from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.settings import DatabaseSettings
 from contextcore.sources.cache import CacheInvalidator
-from contextcore.storage.positions import ReplayWatch
+from contextcore.storage.positions import PrimaryWatch, ReplayWatch
 from contextcore.storage.quotas import DatabaseQuotas
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.build import BuildReplyV1, BuildRequestV1
@@ -105,7 +105,7 @@ def create_app(
         async with (
             verified_pool(database, url=read_url, opened=database.pool_size) as pool,
             watching_lag(pool, metrics.registry, every_s=build.replica_lag_interval_s),
-            primary_pool(database, read_url) as primary,
+            primary_pool(database, read_url) as primary_reads,
         ):
             try:
                 await invalidator.start()
@@ -116,9 +116,12 @@ def create_app(
                 vectors = QueryVectors(encoders)
                 metrics.registry.register(CacheStatistics([*caches.by_channel().values(), vectors]))
 
-                def sources(on: TenantDatabase) -> ContextBuilder:
+                def builder_on(database: TenantDatabase) -> ContextBuilder:
                     registry = process_registry(
-                        on, caches, vectors=vectors, on_memory_drop=build_metrics.memory_drop_hook()
+                        database,
+                        caches,
+                        vectors=vectors,
+                        on_memory_drop=build_metrics.memory_drop_hook(),
                     )
                     return DefaultContextBuilder(
                         registry,
@@ -128,12 +131,15 @@ def create_app(
                     )
 
                 readers = Readers(
-                    read=sources(tenants),
+                    read=builder_on(tenants),
                     metrics=build_metrics,
                     primary=None
-                    if primary is None
-                    else sources(TenantDatabase(primary, role=database.role)),
-                    replay=None if primary is None else ReplayWatch(pool),
+                    if primary_reads is None
+                    else Primary(
+                        builder_on(TenantDatabase(primary_reads, role=database.role)),
+                        replay=ReplayWatch(pool),
+                        written=PrimaryWatch(primary_reads),
+                    ),
                 )
                 registry = process_registry()  # admission: the same sources, declared
                 build_metrics.start_at_zero(registry.names)
@@ -146,11 +152,10 @@ def create_app(
                         await asyncio.to_thread(encoder.encode, ["warm up"])
                 yield BuildHandler(
                     registry,
-                    readers.read,
+                    readers,
                     build_metrics,
                     reply_topics=reply_topics,
                     quotas=DatabaseQuotas(tenants, ttl_s=build.quotas_ttl_s),
-                    readers=readers,
                 )
             finally:
                 await invalidator.stop()

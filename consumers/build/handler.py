@@ -93,17 +93,18 @@ class BuildHandler:
     def __init__(
         self,
         registry: ContextSourceRegistry,
-        builder: ContextBuilder,
+        builder: ContextBuilder | Readers,
         metrics: BuildMetrics,
         *,
         reply_topics: ReplyTopics,
         quotas: QuotaReader | None = None,
-        readers: Readers | None = None,
     ) -> None:
-        """``builder`` builds every request, unless ``readers`` says which builder reads a
-        request that names a position (read-your-writes; ``builder`` is then its ``read``)."""
+        """``builder`` builds every request; ``Readers`` when a request that names a position
+        may need another (read-your-writes, read_after.py)."""
         self.registry = registry
-        self.readers = readers or Readers(read=builder, metrics=metrics)
+        self.readers = (
+            builder if isinstance(builder, Readers) else Readers(read=builder, metrics=metrics)
+        )
         self.metrics = metrics
         self.reply_topics = reply_topics
         self.quotas = quotas

@@ -154,8 +154,9 @@ class BuildMetrics:
             read_after=Counter(
                 "contextcore_build_read_after_total",
                 "Build requests that named a position to read after (read-your-writes), by the "
-                "database their sources read: replica (it had replayed that far) or primary "
-                "(it had not, or sources read the primary anyway).",
+                "database their sources read: replica (it had replayed that far), primary (it "
+                "had not, or sources read the primary anyway), or ignored (a position the "
+                "primary never wrote: read as none).",
                 ["database"],
                 registry=registry,
             ),
@@ -175,7 +176,7 @@ class BuildMetrics:
                 self.dropped_items.labels(source, reason)
         for reason in ("malformed_ref", "unknown_kind", "unresolved_ref"):
             self.memories_dropped.labels(reason)
-        for database in ("replica", "primary"):
+        for database in ("replica", "primary", "ignored"):
             self.read_after.labels(database)
 
     def memory_drop_hook(self) -> Callable[[str], None]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from uuid import UUID
 
 from broker.reply_topics import ReplyTopics
@@ -26,6 +26,7 @@ from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry, Stopwatch
 from contextcore.memory.service import MemoryContention, MemoryService
 from contextcore.refs import parse_uuid
+from contextcore.storage.positions import WritePosition
 from schemas import wire
 from schemas.envelope import printable
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1, Written, parse_memory_write
@@ -43,7 +44,7 @@ class MemoryHandler:
         metrics: MemoryMetrics,
         *,
         reply_topics: ReplyTopics,
-        position: Callable[[], Awaitable[str | None]] | None = None,
+        position: WritePosition | None = None,
     ) -> None:
         """``position``: the primary's log position, asked once a call is applied, which its
         answer carries (read-your-writes); ``None`` for answers without one."""

@@ -13,7 +13,6 @@ source stays pending, and the sweep fails it with the count of chunks stored).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
@@ -22,6 +21,7 @@ from consumers.knowledge.replies import reply, status_of
 from consumers.runtime.records import DeadLetter, Done, Inbound, Outcome, Reply, Stopwatch
 from contextcore.knowledge.chunk import Chunk
 from contextcore.knowledge.embed import Embedder, UnknownModel
+from contextcore.storage.positions import WritePosition
 from schemas import wire
 from schemas.envelope import printable
 from schemas.errors import validation_lines
@@ -34,7 +34,7 @@ class EmbedHandler:
         embedder: Embedder,
         metrics: EmbedMetrics,
         *,
-        position: Callable[[], Awaitable[str | None]] | None = None,
+        position: WritePosition | None = None,
     ) -> None:
         """``position``: the primary's log position, asked once a source is ready, which its
         ``ready`` status carries (read-your-writes)."""

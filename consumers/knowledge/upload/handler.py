@@ -27,7 +27,7 @@ about to forget (if the rule allows it): nobody else could tell it any more.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -59,6 +59,7 @@ from contextcore.knowledge.ingest import (
     UploadRefused,
 )
 from contextcore.knowledge.state import Superseded
+from contextcore.storage.positions import WritePosition
 from schemas import wire
 from schemas.errors import ContextcoreError, validation_lines
 from schemas.upload import (
@@ -90,7 +91,7 @@ class UploadHandler:
         reply_topics: ReplyTopics,
         max_attempts: int = 4,
         max_record_bytes: int = 1_000_000,
-        position: Callable[[], Awaitable[str | None]] | None = None,
+        position: WritePosition | None = None,
     ) -> None:
         """``reply_topics``: the rule every ``reply_to`` passes, at intake and in
         :meth:`tell_superseded`. ``max_attempts``: the runtime's; the last attempt of an upload
@@ -153,7 +154,7 @@ class UploadHandler:
                 records = []
             for key, value, organization in records:
                 await self.publish(key, value, organization)
-        status = await self.answer(prepared, decoded.correlation_id)
+        status = await self.status_for(prepared, decoded.correlation_id)
         self.metrics.uploads.labels(outcome=status.status).inc()
         self.metrics.batches_published.inc(len(prepared.batches))
         return reply(decoded.reply_to, decoded.correlation_id, status)
@@ -192,10 +193,10 @@ class UploadHandler:
         self.metrics.batches_published.inc(len(prepared.batches))
         if command.reply_to is None or command.correlation_id is None:
             return Done()
-        status = await self.answer(prepared, command.correlation_id)
+        status = await self.status_for(prepared, command.correlation_id)
         return reply(command.reply_to, command.correlation_id, status)
 
-    async def answer(self, prepared: Prepared, correlation_id: str) -> UploadStatusV1:
+    async def status_for(self, prepared: Prepared, correlation_id: str) -> UploadStatusV1:
         """:func:`answer`, and a ``ready`` one with the primary's log position."""
         status = answer(prepared, correlation_id)
         if status.status != "ready" or self.position is None:
