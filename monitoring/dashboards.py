@@ -219,6 +219,19 @@ BUILDS = Board(
                 "(docs/scaling.md).",
             ),
             Panel(
+                "Builds that named a position, by the database that served them",
+                "ops",
+                (
+                    q(
+                        f"sum by (database) (rate(contextcore_build_read_after_total[{RATE}]))",
+                        "{{database}}",
+                    ),
+                ),
+                description="Read-your-writes (docs/scaling.md): replica (it had replayed the "
+                "write), primary (it had not: the lag's cost), ignored (a position the primary "
+                "never wrote).",
+            ),
+            Panel(
                 "Source read latency p95",
                 "s",
                 (
