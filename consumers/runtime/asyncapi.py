@@ -1,4 +1,4 @@
-"""A consumer's AsyncAPI 3.0 document, from its declaration alone: the topic it reads and that
+"""A consumer's AsyncAPI 3.1 document, from its declaration alone: the topic it reads and that
 topic's payload, the channels it publishes with theirs, and its dead-letter topic.
 
 The document is built here. FastStream, which ran the loop before, derived a payload from
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from broker.topics import dead_letter_topic
 from schemas.envelope import DeadLetterV1
 
-ASYNCAPI_VERSION = "3.0.0"
+ASYNCAPI_VERSION = "3.1.0"
 KAFKA_BINDING_VERSION = "0.4.0"
 SERVER = "development"
 
@@ -71,11 +71,26 @@ def _schemas(models: Sequence[type[BaseModel]]) -> dict[str, Any]:
         schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
         schemas[model.__name__] = schema
-    return schemas
+    return {name: as_asyncapi(schema) for name, schema in schemas.items()}
+
+
+def as_asyncapi(schema: Any) -> Any:
+    """``schema`` as AsyncAPI's Schema Object reads it: its ``discriminator`` is the property's
+    name, where pydantic writes OpenAPI's object (``{propertyName, mapping}``), which the
+    official parser refuses; the ``oneOf`` beside it still lists every variant."""
+    if isinstance(schema, list):
+        return [as_asyncapi(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    converted = {key: as_asyncapi(value) for key, value in schema.items()}
+    discriminator = schema.get("discriminator")
+    if isinstance(discriminator, dict) and "propertyName" in discriminator:
+        converted["discriminator"] = discriminator["propertyName"]
+    return converted
 
 
 def document(declaration: Declaration, server: str) -> dict[str, Any]:
-    """The AsyncAPI 3.0 document of the consumer ``declaration`` describes, its broker at
+    """The AsyncAPI 3.1 document of the consumer ``declaration`` describes, its broker at
     ``server`` (``host:port``)."""
     channels: dict[str, Any] = {}
     messages: dict[str, Any] = {}

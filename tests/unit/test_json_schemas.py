@@ -9,9 +9,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import yaml
 from jsonschema import Draft202012Validator
 from pydantic import BaseModel
 
+from consumers.runtime.asyncapi import as_asyncapi
+from devstack.asyncapi import documents as asyncapi_documents
 from devstack.json_schemas import DOCS, MESSAGES, documents
 from schemas.build import BuildReplyV1, ErrorInfo
 from schemas.context import ContextBrief, ResourceRef
@@ -226,3 +229,25 @@ def test_the_header_schemas_name_what_the_runtime_writes() -> None:
     requests = schema("request-headers")
     assert not list(requests.iter_errors({"contextcore-organization": ORG}))
     assert not list(schema("retry-headers").iter_errors({"contextcore-attempt": "2"}))
+
+
+def in_components(schema: Any) -> Any:
+    """A docs/schemas body with its ``$defs`` references as AsyncAPI's components write them."""
+    text = json.dumps(schema).replace('"#/$defs/', '"#/components/schemas/')
+    return as_asyncapi(json.loads(text))
+
+
+def test_the_asyncapi_payloads_are_these_schemas() -> None:
+    """Each message's schema in docs/asyncapi/ is its file here, its nested types included
+    (AsyncAPI's documents write a discriminator as the property's name)."""
+    components: dict[str, Any] = {}
+    for text in asyncapi_documents().values():
+        components |= yaml.safe_load(text)["components"]["schemas"]
+    for message in MESSAGES:
+        body = json.loads((DOCS / f"{message.name}.schema.json").read_text())
+        nested = body.pop("$defs", {})
+        for key in ("$schema", "$id", "$comment"):
+            body.pop(key)
+        assert components[message.model.__name__] == in_components(body), message.name
+        for name, schema in nested.items():
+            assert components[name] == in_components(schema), f"{message.name}: {name}"
