@@ -1,0 +1,73 @@
+"""A Node service round-tripping every topic (issue 35): clients/node/roundtrip.mjs, on kafkajs
+(a client nobody here wrote), remembers and forgets a memory, gets briefs that reflect both,
+sends a malformed request and gets its error reply, uploads a document and waits for
+``ready``, validating every message it sends and reads against docs/schemas/ with ajv. It runs
+against this test's topics and consumers, on the same broker and database as every other."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from broker.topics import ensure_topics, memory_topics, upload_topics
+from tests.integration import seed
+from tests.services import Config, StartConsumer
+
+pytestmark = pytest.mark.integration
+
+NODE_DIR = Path(__file__).resolve().parents[2] / "clients" / "node"
+SCRIPT_TIMEOUT_S = 240.0
+
+
+async def test_a_node_service_round_trips_every_topic_and_every_reply_validates(
+    config: Config, start_consumer: StartConsumer, admin: asyncpg.Connection
+) -> None:
+    node = shutil.which("node")
+    assert node is not None, "node (>= 20) is on the PATH: scripts/bootstrap requires it"
+    assert (NODE_DIR / "node_modules" / "kafkajs").is_dir(), "scripts/bootstrap runs npm ci"
+    await ensure_topics(
+        config.bootstrap, [*memory_topics(config.topics), *upload_topics(config.topics)]
+    )
+    organization = await seed.organization(admin)
+    await asyncio.gather(
+        *(start_consumer(config, consumer=c) for c in ("build", "memory", "upload", "embed"))
+    )
+    env = {
+        **os.environ,
+        "CONTEXTCORE_KAFKA_BOOTSTRAP_SERVERS": config.bootstrap,
+        "CONTEXTCORE_TOPIC_BUILD_REQUEST": config.topics.build_request,
+        "CONTEXTCORE_TOPIC_UPLOAD": config.topics.upload,
+        "CONTEXTCORE_TOPIC_MEMORY_WRITE": config.topics.memory_write,
+        "CONTEXTCORE_TOPIC_REPLY_PREFIX": config.topics.reply_prefix,
+        "CONTEXTCORE_NODE_ORGANIZATION": str(organization),
+    }
+    process = await asyncio.create_subprocess_exec(
+        node,
+        str(NODE_DIR / "roundtrip.mjs"),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), SCRIPT_TIMEOUT_S)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise
+    assert process.returncode == 0, f"the Node service failed:\n{err.decode()}\n{out.decode()}"
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert summary["checked"] == [
+        "memory-remember",
+        "build-reply",
+        "memory-forget",
+        "invalid_request",
+        "upload-ready",
+    ]
+    assert summary["build_round_trip_ms"]["n"] == 20
+    print(f"Node service (kafkajs): {summary}")
