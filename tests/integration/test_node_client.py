@@ -1,8 +1,9 @@
-"""A Node service round-tripping every topic (issue 35): clients/node/roundtrip.mjs, on kafkajs
-(a client nobody here wrote), remembers and forgets a memory, gets briefs that reflect both,
-sends a malformed request and gets its error reply, uploads a document and waits for
-``ready``, validating every message it sends and reads against docs/schemas/ with ajv. It runs
-against this test's topics and consumers, on the same broker and database as every other."""
+"""A Node service round-tripping every topic (issue 35): clients/node/roundtrip.mjs, through the
+TypeScript client (clients/typescript/, on kafkajs, a client nobody here wrote), remembers and
+forgets a memory, gets briefs that reflect both, a BuildFailed for a policy refused, an
+invalid_request reply to a malformed request sent raw, and an upload's ``ready``, validating
+every reply against docs/schemas/ with ajv. It runs against this test's topics and consumers,
+on the same broker and database as every other."""
 
 from __future__ import annotations
 
@@ -31,6 +32,8 @@ async def test_a_node_service_round_trips_every_topic_and_every_reply_validates(
     node = shutil.which("node")
     assert node is not None, "node (>= 20) is on the PATH: scripts/bootstrap requires it"
     assert (NODE_DIR / "node_modules" / "kafkajs").is_dir(), "scripts/bootstrap runs npm ci"
+    built = NODE_DIR.parent / "typescript" / "dist" / "index.js"
+    assert built.is_file(), "scripts/test builds the TypeScript client (npm run build there)"
     await ensure_topics(
         config.bootstrap, [*memory_topics(config.topics), *upload_topics(config.topics)]
     )
