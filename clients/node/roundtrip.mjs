@@ -1,6 +1,6 @@
 // A Node service talking to contextcore through the TypeScript client (clients/typescript/, on
-// kafkajs, a Kafka client nobody here wrote), every reply it reads validated against
-// docs/schemas/ with ajv, and one malformed request sent raw with kafkajs.
+// kafkajs, a Kafka client nobody here wrote), every message it sends and every reply it reads
+// validated against docs/schemas/ with ajv, and one malformed request sent raw with kafkajs.
 // tests/integration/test_node_client.py runs it against the test's own topics and consumers;
 // it exits 1 on the first thing that is wrong.
 //
@@ -67,7 +67,7 @@ async function rawChannel() {
   const producer = kafka.producer();
   const consumer = kafka.consumer({
     groupId: `node-raw-${randomUUID()}`,
-    ...(fetchMaxWaitMs ? { maxWaitTimeInMs: fetchMaxWaitMs } : {}),
+    ...(fetchMaxWaitMs !== undefined ? { maxWaitTimeInMs: fetchMaxWaitMs } : {}),
   });
   const waiting = new Map();
   await admin.connect();
@@ -113,8 +113,20 @@ const request = {
 };
 const policy = { total_token_budget: 800, sources: [{ name: "memory", token_budget: 800 }] };
 
+// every message the client sends, validated before it goes
+const sent = [];
+function validateSent(topic, message) {
+  const schema =
+    topic === topics.buildRequest
+      ? "build-request"
+      : topic === topics.upload
+        ? "upload-request"
+        : `memory-${message.action}`;
+  valid(schema, message);
+  sent.push(schema);
+}
 const [client, raw] = await Promise.all([
-  ContextcoreClient.connect({ brokers, topics, replyPrefix, fetchMaxWaitMs }),
+  ContextcoreClient.connect({ brokers, topics, replyPrefix, fetchMaxWaitMs, onSend: validateSent }),
   rawChannel(),
 ]);
 const summary = {};
@@ -151,10 +163,10 @@ try {
     policy,
   };
   check(!ajv.getSchema("build-request.schema.json")(malformed), "the malformed request validates");
-  const sent = performance.now();
+  const sentAt = performance.now();
   const refused = valid("build-reply", await raw.request(topics.buildRequest, malformed));
   check(refused.status === "error" && refused.error.code === "invalid_request", `malformed: ${JSON.stringify(refused)}`);
-  summary.invalid_request_ms = Math.round(performance.now() - sent);
+  summary.invalid_request_ms = Math.round(performance.now() - sentAt);
 
   // an upload, until its final status: ready
   const started = performance.now();
@@ -184,6 +196,9 @@ try {
   summary.build_round_trip_ms = { p50: Math.round(times[10]), max: Math.round(times[19]), n: 20 };
   summary.fetch_wait_ms = wait;
   summary.checked = ["memory-remember", "build-reply", "memory-forget", "invalid_request", "upload-ready"];
+  summary.sent_validated = [...new Set(sent)].sort();
+  summary.memory_id = written.memory.id;
+  summary.source_id = ready.source_id;
 } finally {
   await Promise.all([client.close(), raw.close()]);
 }

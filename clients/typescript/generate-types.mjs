@@ -35,4 +35,11 @@ for (const file of (await readdir(schemas)).filter((n) => n.endsWith(".schema.js
     await writeFile(path, text);
   }
 }
+const expected = new Set(
+  (await readdir(schemas)).filter((n) => n.endsWith(".schema.json")).map((n) => n.replace(".schema.json", ".ts")),
+);
+for (const left of (await readdir(out)).filter((n) => !expected.has(n))) {
+  console.log(`clients/typescript/src/types/${left} has no schema any more: run npm run types`);
+  stale += 1;
+}
 process.exit(stale === 0 ? 0 : 1);

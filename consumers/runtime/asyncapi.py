@@ -75,18 +75,22 @@ def _schemas(models: Sequence[type[BaseModel]]) -> dict[str, Any]:
 
 
 def as_asyncapi(schema: Any) -> Any:
-    """``schema`` as AsyncAPI's Schema Object reads it: its ``discriminator`` is the property's
-    name, where pydantic writes OpenAPI's object (``{propertyName, mapping}``), which the
-    official parser refuses; the ``oneOf`` beside it still lists every variant."""
+    """``schema`` as AsyncAPI's Schema Object reads it: without pydantic's ``discriminator``,
+    OpenAPI's object (``{propertyName, mapping}``), which the official parser refuses. AsyncAPI's
+    own discriminator is a property every variant requires whose values name the variants'
+    schemas, which ``action`` is not (``remember``, not ``RememberV1``; an upload may omit it), so
+    none is written: the ``oneOf`` beside it tells the variants apart by each one's ``action``."""
     if isinstance(schema, list):
         return [as_asyncapi(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    converted = {key: as_asyncapi(value) for key, value in schema.items()}
     discriminator = schema.get("discriminator")
-    if isinstance(discriminator, dict) and "propertyName" in discriminator:
-        converted["discriminator"] = discriminator["propertyName"]
-    return converted
+    dropped = isinstance(discriminator, dict) and "propertyName" in discriminator
+    return {
+        key: as_asyncapi(value)
+        for key, value in schema.items()
+        if not (dropped and key == "discriminator")
+    }
 
 
 def document(declaration: Declaration, server: str) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, FormatChecker
 from pydantic import BaseModel
 
 from consumers.runtime.asyncapi import as_asyncapi
@@ -43,7 +43,7 @@ def schema(name: str) -> Draft202012Validator:
     body = json.loads((DOCS / f"{name}.schema.json").read_text())
     Draft202012Validator.check_schema(body)
     assert body["$id"] == f"{name}.schema.json"  # resolves inside the folder
-    return Draft202012Validator(body)
+    return Draft202012Validator(body, format_checker=FormatChecker())
 
 
 def test_every_file_is_a_draft_2020_12_schema_with_its_own_id() -> None:
@@ -126,6 +126,11 @@ def test_what_the_service_reads_validates_and_what_it_refuses_does_not(name: str
     assert required, f"{name} requires nothing"
     missing = {k: v for k, v in message.items() if k != required[0]}
     assert list(validator.iter_errors(missing)), f"without {required[0]}"
+
+
+def test_formats_are_checked_as_ajv_checks_them_in_the_node_test() -> None:
+    bad = {**READ["memory-forget"], "memory_id": "not-a-uuid"}
+    assert list(schema("memory-forget").iter_errors(bad))
 
 
 def test_a_malformed_position_is_refused_by_the_schema_as_by_the_service() -> None:

@@ -5,6 +5,8 @@
 // duplicate, a late one after a timeout) is ignored and can never answer a later request.
 // Read-your-writes: the client keeps the latest `position` its answers carried and names it in
 // every build (`read_after`), so a brief reflects what this client was told is written.
+// Keys as the Python client's: a build and an upload by correlation id (spread over the
+// partitions), a memory call by organization (one organization's calls in order).
 import { randomBytes } from "node:crypto";
 import { Kafka, logLevel, type Admin, type Consumer, type Producer } from "kafkajs";
 
@@ -74,10 +76,13 @@ export interface ClientOptions {
   /** The reply consumer's fetch wait: the dev broker holds every fetch this long (docs/clients.md). */
   fetchMaxWaitMs?: number;
   clientId?: string;
+  /** Called with each message before it is sent (a test validates them against docs/schemas/). */
+  onSend?: (topic: string, message: unknown) => void;
 }
 
 interface Waiter {
   take(reply: { correlation_id: string; status: string }): void;
+  fail(error: Error): void;
 }
 
 const FINAL = new Set(["ready", "failed", "rejected", "superseded"]);
@@ -89,22 +94,42 @@ function newId(): string {
 export class ContextcoreClient {
   readonly replyTopic: string;
   readonly topics: Topics;
-  /** The latest database position this client's answers carried (read-your-writes). */
-  position: string | null = null;
+  private latestPosition: string | null = null;
   private readonly waiting = new Map<string, Waiter>();
 
   private constructor(
     private readonly admin: Admin,
     private readonly producer: Producer,
     private readonly consumer: Consumer,
+    private readonly groupId: string,
     replyTopic: string,
     topics: Topics,
+    private readonly onSend?: (topic: string, message: unknown) => void,
   ) {
     this.replyTopic = replyTopic;
     this.topics = topics;
   }
 
-  /** A started client: its reply topic made and read, its producer connected. */
+  /** The latest database position this client's answers carried (read-your-writes). */
+  get position(): string | null {
+    return this.latestPosition;
+  }
+
+  private note(position: string | null | undefined): void {
+    this.latestPosition = latest(this.latestPosition, position ?? null);
+  }
+
+  private failAll(error: Error): void {
+    for (const waiter of this.waiting.values()) waiter.fail(error);
+    this.waiting.clear();
+  }
+
+  /** A started client: its reply topic made and read, its producer connected.
+   *
+   * kafkajs reads a topic only as a member of a consumer group: the client's group is named
+   * after its reply topic (`<reply topic>.reader`, so a caller's ACLs must let it join groups
+   * under the reply prefix) and deleted on close. A reader that crashes fails every call
+   * waiting for a reply. */
   static async connect(options: ClientOptions): Promise<ContextcoreClient> {
     const kafka = new Kafka({
       clientId: options.clientId ?? "contextcore-typescript",
@@ -113,6 +138,7 @@ export class ContextcoreClient {
     });
     const prefix = options.replyPrefix ?? "contextcore.reply";
     const replyTopic = `${prefix}.ts-${newId()}`;
+    const groupId = `${replyTopic}.reader`;
     const topics: Topics = {
       buildRequest: "contextcore.build-request",
       upload: "contextcore.upload",
@@ -121,37 +147,65 @@ export class ContextcoreClient {
     };
     const admin = kafka.admin();
     const producer = kafka.producer();
-    const consumer = kafka.consumer({
-      groupId: `${replyTopic}.reader`,
-      maxWaitTimeInMs: options.fetchMaxWaitMs ?? 100,
-    });
-    await admin.connect();
-    await admin.createTopics({ topics: [{ topic: replyTopic, numPartitions: 1 }], waitForLeaders: true });
-    await producer.connect();
-    await consumer.connect();
-    await consumer.subscribe({ topic: replyTopic, fromBeginning: true });
-    const client = new ContextcoreClient(admin, producer, consumer, replyTopic, topics);
-    await consumer.run({
-      eachMessage: async ({ message }) => {
-        let reply: { correlation_id?: unknown; status?: unknown };
-        try {
-          reply = JSON.parse(message.value?.toString("utf8") ?? "null") as typeof reply;
-        } catch {
-          return; // not JSON: nobody's reply
-        }
-        if (typeof reply?.correlation_id !== "string" || typeof reply.status !== "string") return;
-        client.waiting.get(reply.correlation_id)?.take(reply as { correlation_id: string; status: string });
-      },
-    });
+    const consumer = kafka.consumer({ groupId, maxWaitTimeInMs: options.fetchMaxWaitMs ?? 100 });
+    const client = new ContextcoreClient(
+      admin,
+      producer,
+      consumer,
+      groupId,
+      replyTopic,
+      topics,
+      options.onSend,
+    );
+    try {
+      await admin.connect();
+      await admin.createTopics({
+        topics: [{ topic: replyTopic, numPartitions: 1 }],
+        waitForLeaders: true,
+      });
+      await producer.connect();
+      await consumer.connect();
+      await consumer.subscribe({ topic: replyTopic, fromBeginning: true });
+      consumer.on(consumer.events.CRASH, (event) => {
+        client.failAll(new ContextcoreError(`the reply reader crashed: ${String(event.payload.error)}`));
+      });
+      await consumer.run({ eachMessage: async ({ message }) => client.onReply(message.value) });
+    } catch (error) {
+      await client.close();
+      throw error;
+    }
     return client;
   }
 
-  /** Stop reading, delete the reply topic, disconnect. */
+  private onReply(value: Buffer | null): void {
+    let reply: { correlation_id?: unknown; status?: unknown };
+    try {
+      reply = JSON.parse(value?.toString("utf8") ?? "null") as typeof reply;
+    } catch {
+      return; // not JSON: nobody's reply
+    }
+    if (typeof reply?.correlation_id !== "string" || typeof reply.status !== "string") return;
+    this.waiting.get(reply.correlation_id)?.take(reply as { correlation_id: string; status: string });
+  }
+
+  /** Fail every call still waiting, stop reading, delete the reply topic and the reader's
+   * group, disconnect; each step runs whatever the one before it did. */
   async close(): Promise<void> {
-    await this.consumer.disconnect();
-    await this.producer.disconnect();
-    await this.admin.deleteTopics({ topics: [this.replyTopic] }).catch(() => undefined);
-    await this.admin.disconnect();
+    this.failAll(new ContextcoreError("the client was closed"));
+    const steps = [
+      () => this.consumer.disconnect(),
+      () => this.producer.disconnect(),
+      () => this.admin.deleteTopics({ topics: [this.replyTopic] }),
+      () => this.admin.deleteGroups([this.groupId]),
+      () => this.admin.disconnect(),
+    ];
+    for (const step of steps) {
+      try {
+        await step();
+      } catch {
+        // best effort: the next step still runs
+      }
+    }
   }
 
   /** A build request's reply, brief or error, as the service sent it. */
@@ -170,11 +224,11 @@ export class ContextcoreClient {
     };
     const readAfter = latest(options.readAfter ?? null, this.position);
     if (readAfter !== null) message.read_after = readAfter;
-    const organization = request.subject.organization_id;
     const [reply] = await this.call<BuildReplyV1>(
       this.topics.buildRequest,
       message,
-      organization,
+      message.correlation_id, // builds spread over the partitions, as the Python client's
+      request.subject.organization_id,
       options.timeoutMs ?? 10_000,
       () => true,
     );
@@ -228,6 +282,7 @@ export class ContextcoreClient {
     const statuses = await this.call<UploadStatusV1>(
       this.topics.upload,
       message,
+      message.correlation_id,
       document.organizationId ?? "platform",
       document.timeoutMs ?? 300_000,
       (status) => FINAL.has(status.status),
@@ -235,7 +290,7 @@ export class ContextcoreClient {
     const final = statuses[statuses.length - 1] as UploadStatusV1;
     if (final.status === "superseded") throw new UploadSuperseded(final);
     if (final.status !== "ready") throw new UploadFailed(final);
-    this.position = latest(this.position, final.position ?? null);
+    this.note(final.position);
     return final;
   }
 
@@ -283,19 +338,23 @@ export class ContextcoreClient {
     const [answer] = await this.call<MemoryAnswerV1>(
       this.topics.memoryWrite,
       message,
+      organization, // one organization's calls in order, on one partition
       organization,
       timeoutMs,
       () => true,
     );
     const told = answer as MemoryAnswerV1;
-    this.position = latest(this.position, told.position ?? null);
+    this.note(told.position);
     return told;
   }
 
-  /** Publish `message` and collect the replies of its correlation id until `final` says so. */
+  /** Publish `message` and collect the replies of its correlation id until `final` says so.
+   * The waiter is registered before the send (a reply cannot come first); the timeout runs
+   * from the broker's acknowledgement, as the Python client's does. */
   private async call<T extends { correlation_id: string; status: string }>(
     topic: string,
     message: { correlation_id: string },
+    key: string,
     organization: string,
     timeoutMs: number,
     final: (reply: T) => boolean,
@@ -303,24 +362,23 @@ export class ContextcoreClient {
     const replies: T[] = [];
     let timer: NodeJS.Timeout | undefined;
     const done = new Promise<T[]>((resolve, reject) => {
-      timer = setTimeout(
-        () => reject(new ReplyTimeout(`no reply to ${message.correlation_id} within ${timeoutMs} ms`)),
-        timeoutMs,
-      );
       this.waiting.set(message.correlation_id, {
         take: (reply) => {
           replies.push(reply as T);
           if (final(reply as T)) resolve(replies);
         },
+        fail: reject,
       });
     });
+    done.catch(() => undefined); // handled below; a close during the send must not go unhandled
     try {
+      this.onSend?.(topic, message);
       try {
         await this.producer.send({
           topic,
           messages: [
             {
-              key: organization,
+              key,
               value: JSON.stringify(message),
               headers: { "contextcore-organization": organization },
             },
@@ -329,7 +387,13 @@ export class ContextcoreClient {
       } catch (error) {
         throw new PublishFailed(`the broker did not take the request on ${topic}: ${String(error)}`);
       }
-      return await done;
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new ReplyTimeout(`no reply to ${message.correlation_id} within ${timeoutMs} ms`)),
+          timeoutMs,
+        );
+      });
+      return await Promise.race([done, timeout]);
     } finally {
       clearTimeout(timer);
       this.waiting.delete(message.correlation_id);
