@@ -80,6 +80,8 @@ class MemoryHandler:
             else:
                 self.metrics.count_write(call.action, "written")
                 self.metrics.count_change(answer.change, answer.chain_length)
+        elif answer.replayed:  # a refusal answered again from the journal: counted once
+            self.metrics.count_write(call.action, "replayed")
         else:
             self.metrics.count_write(call.action, "refused", answer.reason)
             # a reused key, an erased one, or the database refused it (a quota refusal is
