@@ -719,6 +719,9 @@ def turns(org: Org, seed: int) -> Callable[[int], ContextRequest]:
     return lambda i: request_for(org, rng, typical=True)
 
 
+Answer = TypeVar("Answer")
+
+
 @dataclass
 class Tally:
     """What one organization's build requests got: each ``ok`` reply's (start, milliseconds),
@@ -744,6 +747,21 @@ class Tally:
     def answered_s(self) -> float:
         """Seconds from the first request to the last reply."""
         return self.last - self.first
+
+    async def answered(self, call: Awaitable[Answer]) -> tuple[float, float, Answer] | None:
+        """``call``'s answer, counted as sent: when it was sent (``perf_counter``), how many
+        milliseconds it took, and the answer; ``None`` when no answer came within its timeout
+        (counted unanswered)."""
+        self.sent += 1
+        started = time.perf_counter()
+        self.first = min(self.first, started)
+        try:
+            answer = await call
+        except ReplyTimeout:
+            self.unanswered += 1
+            return None
+        self.last = max(self.last, time.perf_counter())
+        return started, (time.perf_counter() - started) * 1000, answer
 
     def answers(self) -> str:
         failed = ", ".join(f"{source} {n:,}" for source, n in sorted(self.failed.items()))
@@ -779,17 +797,10 @@ def builder(
     in ``tally``."""
 
     async def build(i: int) -> None:
-        request = turn(i)
-        tally.sent += 1
-        started = time.perf_counter()
-        tally.first = min(tally.first, started)
-        try:
-            reply = await client.request(request, policy, timeout=timeout)
-        except ReplyTimeout:
-            tally.unanswered += 1
+        answered = await tally.answered(client.request(turn(i), policy, timeout=timeout))
+        if answered is None:
             return
-        tally.last = max(tally.last, time.perf_counter())
-        ms = (time.perf_counter() - started) * 1000
+        started, ms, reply = answered
         if reply.brief is not None:
             tally.ok.append((started, ms))
             tally.had.update(s for s, tokens in reply.brief.per_source_tokens.items() if tokens)

@@ -41,6 +41,7 @@ from broker.settings import TopicSettings
 from broker.topics import all_topics, build_topics, memory_topics
 from contextcore.storage.pool import create_pool
 from contextcore.storage.positions import write_position
+from devstack.replica import on_standby
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
 from producers.client import ChannelOptions, ContextClient, Session
 from producers.memory import MemoryClient
@@ -52,11 +53,6 @@ POLICY = ContextPolicy(
     sources=[*TYPICAL_POLICY.sources, ContextSourceSpec(name="memory", token_budget=400)],
 )
 SERVED = re.compile(r'^contextcore_build_read_after_total\{database="(\w+)"\} (\S+)$', re.M)
-
-
-def on_port(url: str, port: int) -> str:
-    host, _, rest = url.rpartition("@")
-    return f"{host}@127.0.0.1:{port}/{rest.split('/', 1)[1]}"
 
 
 def served(port: int) -> dict[str, float]:
@@ -103,7 +99,7 @@ async def main() -> None:
     seeded = await prepare(name, 0)
     args.bootstrap = seeded.stack.bootstrap_servers
     admin = await asyncpg.connect(seeded.admin_url)
-    standby = await replayed_database(on_port(seeded.admin_url, stack.settings.replica_port))
+    standby = await replayed_database(on_standby(seeded.admin_url, stack.settings.replica_port))
     org = Org()
     print(f"CPU flags: {cpu_flags()}; replica on port {stack.settings.replica_port}")
     try:
@@ -116,7 +112,7 @@ async def main() -> None:
                 seeded.url,
                 tag,
                 topics,
-                DATABASE_READ_URL=on_port(seeded.url, stack.settings.replica_port),
+                DATABASE_READ_URL=on_standby(seeded.url, stack.settings.replica_port),
                 BUILD_PRELOAD_ENCODER="false",
                 BUILD_METRICS_PORT=str(port),
             )

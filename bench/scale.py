@@ -65,7 +65,6 @@ from broker.settings import TopicSettings
 from broker.topics import build_topics, memory_topics
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 from producers.memory import MemoryClient
-from schemas.errors import ReplyTimeout
 from schemas.memory import Invoker, MemoryCandidate
 
 PROCESSES = (1, 2, 3)
@@ -118,17 +117,12 @@ def rememberer(client: MemoryClient, orgs: list[uuid.UUID], tally: Tally, timeou
         org = orgs[i % len(orgs)]
         principal = Invoker(organization_id=org, definition_id=definition, user_id=uuid.uuid4())
         memory = MemoryCandidate(scope="user", attribute="preference.tone", text=f"Tone {i}")
-        tally.sent += 1
-        started = time.perf_counter()
-        tally.first = min(tally.first, started)
-        try:
-            answer = await client.remember(principal, memory, timeout=timeout)
-        except ReplyTimeout:
-            tally.unanswered += 1
+        answered = await tally.answered(client.remember(principal, memory, timeout=timeout))
+        if answered is None:
             return
-        tally.last = max(tally.last, time.perf_counter())
+        started, ms, answer = answered
         if answer.status == "written":
-            tally.ok.append((started, (time.perf_counter() - started) * 1000))
+            tally.ok.append((started, ms))
         else:
             tally.other[answer.reason or answer.status] += 1
 

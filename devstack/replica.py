@@ -19,11 +19,20 @@ import asyncio
 import shutil
 import subprocess
 import time
+from urllib.parse import urlsplit
 
 import asyncpg
 
 from devstack.stack import DevStack, _port_open, _stale_lock, log_tail
 from schemas.errors import InfrastructureUnavailable
+
+
+def on_standby(url: str, port: int) -> str:
+    """``url`` (a login on the primary) on the standby listening on ``port``: the same login
+    and database, since the standby is a copy of the primary's whole cluster."""
+    parts = urlsplit(url)
+    return parts._replace(netloc=parts.netloc.rsplit(":", 1)[0] + f":{port}").geturl()
+
 
 SLOT = "contextcore_dev_replica"
 """The standby's replication slot on the primary (also its ``application_name`` there)."""

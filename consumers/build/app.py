@@ -38,6 +38,7 @@ from contextcore.builder import ContextBuilder, DefaultContextBuilder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
+from contextcore.registry import ContextSourceRegistry
 from contextcore.settings import DatabaseSettings
 from contextcore.sources.cache import CacheInvalidator
 from contextcore.storage.positions import PrimaryWatch, ReplayWatch
@@ -116,13 +117,15 @@ def create_app(
                 vectors = QueryVectors(encoders)
                 metrics.registry.register(CacheStatistics([*caches.by_channel().values(), vectors]))
 
-                def builder_on(database: TenantDatabase) -> ContextBuilder:
-                    registry = process_registry(
+                def sources_on(database: TenantDatabase) -> ContextSourceRegistry:
+                    return process_registry(
                         database,
                         caches,
                         vectors=vectors,
                         on_memory_drop=build_metrics.memory_drop_hook(),
                     )
+
+                def builder_of(registry: ContextSourceRegistry) -> ContextBuilder:
                     return DefaultContextBuilder(
                         registry,
                         ContextPacker(),
@@ -130,18 +133,18 @@ def create_app(
                         observer=build_metrics,
                     )
 
+                registry = sources_on(tenants)  # the read database's: admission uses it too
                 readers = Readers(
-                    read=builder_on(tenants),
+                    read=builder_of(registry),
                     metrics=build_metrics,
                     primary=None
                     if primary_reads is None
                     else Primary(
-                        builder_on(TenantDatabase(primary_reads, role=database.role)),
+                        builder_of(sources_on(TenantDatabase(primary_reads, role=database.role))),
                         replay=ReplayWatch(pool),
                         written=PrimaryWatch(primary_reads),
                     ),
                 )
-                registry = process_registry()  # admission: the same sources, declared
                 build_metrics.start_at_zero(registry.names)
                 if build.preload_encoder:
                     for model in knowledge.models():

@@ -12,15 +12,15 @@ import os
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable
-from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 
 from broker.settings import TopicSettings
 from broker.topics import all_topics, build_topics, ensure_topics, memory_topics, upload_topics
+from devstack.replica import on_standby
 from devstack.stack import DevStack
-from producers.client import ChannelOptions, ContextClient, Session
+from producers.client import ChannelOptions, ContextClient, Session, channel_options
 from producers.knowledge import KnowledgeClient
 from producers.memory import MemoryClient
 from schemas.context import ContextPolicy, ContextRequest, ContextSourceSpec, ContextSubject
@@ -56,12 +56,6 @@ async def standby_port(services: Services) -> int:
     async with _exclusive(stack.home / "pytest.lock"):
         await stack.up(all_topics(TopicSettings()), replica=True)
     return stack.settings.replica_port
-
-
-def on_standby(url: str, port: int) -> str:
-    """``url`` (a login on the primary) on the standby: the same login and database."""
-    parts = urlsplit(url)
-    return parts._replace(netloc=parts.netloc.rsplit(":", 1)[0] + f":{port}").geturl()
 
 
 @pytest.fixture
@@ -271,12 +265,9 @@ async def scrape(port: int) -> str:
 
 
 def options(config: Config, session: Session | None = None) -> ChannelOptions:
-    """A client's options; with ``session``, its answers' positions are the session's."""
-    chosen = ChannelOptions(
-        bootstrap_servers=config.bootstrap,
-        reply_topic_prefix=config.topics.reply_prefix,
-        fetch_max_wait_ms=config.kafka.fetch_max_wait_ms,
-    )
+    """A client's options (``from_settings``'s); with ``session``, its answers' positions are
+    the session's."""
+    chosen = channel_options(config.kafka, config.topics)
     if session is not None:
         chosen["session"] = session
     return chosen

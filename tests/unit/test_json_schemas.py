@@ -19,15 +19,27 @@ from devstack.json_schemas import DOCS, MESSAGES, documents
 from schemas.build import BuildReplyV1, ErrorInfo
 from schemas.context import ContextBrief, ResourceRef
 from schemas.envelope import DeadLetterV1
-from schemas.memory import AgentMemory, MemoryAnswerV1, Written
+from schemas.memory import AgentMemory, Invoker, MemoryAnswerV1, Written
 from schemas.upload import UploadStatusV1
+from tests.integration.helpers import ORG, remember_message, request_message
 
-ORG = "00000000-0000-4000-8000-000000000001"
-PRINCIPAL = {
-    "organization_id": ORG,
-    "definition_id": str(uuid.uuid4()),
-    "user_id": str(uuid.uuid4()),
-}
+REPLY_TO = "contextcore.reply.svc"
+PRINCIPAL = Invoker(
+    organization_id=uuid.UUID(ORG), definition_id=uuid.uuid4(), user_id=uuid.uuid4()
+)
+
+
+def build_request() -> dict[str, Any]:
+    """A build request as a foreign producer sends it, naming an entity, a source and a
+    position."""
+    message = request_message(
+        "c-1",
+        REPLY_TO,
+        policy={"total_token_budget": 500, "sources": [{"name": "memory", "token_budget": 200}]},
+        read_after="6/2E8CEED0",
+    )
+    message["request"]["entities"] = [{"kind": "crm.company", "id": "acme"}]
+    return message
 
 
 def test_the_committed_schemas_are_what_the_code_generates() -> None:
@@ -52,26 +64,10 @@ def test_every_file_is_a_draft_2020_12_schema_with_its_own_id() -> None:
 
 
 READ: dict[str, dict[str, Any]] = {
-    "build-request": {
-        "schema_version": 1,
-        "correlation_id": "c-1",
-        "reply_to": "contextcore.reply.svc",
-        "request": {
-            "subject": {
-                "organization_id": ORG,
-                "user_id": None,
-                "trigger_id": None,
-                "definition_id": None,
-            },
-            "query": "who is Acme?",
-            "entities": [{"kind": "crm.company", "id": "acme"}],
-        },
-        "policy": {"total_token_budget": 500, "sources": [{"name": "memory", "token_budget": 200}]},
-        "read_after": "6/2E8CEED0",
-    },
+    "build-request": build_request(),
     "upload-request": {
         "correlation_id": "u-1",
-        "reply_to": "contextcore.reply.svc",
+        "reply_to": REPLY_TO,
         "scope": "organization",
         "organization_id": ORG,
         "title": "Pricing",
@@ -94,21 +90,15 @@ READ: dict[str, dict[str, Any]] = {
         "embedding_model": "all-MiniLM-L6-v2",
         "chunks": [{"ordinal": 0, "section": "Pricing", "text": "20 euros", "tokens": 4}],
     },
-    "memory-remember": {
-        "schema_version": 1,
-        "action": "remember",
-        "correlation_id": "m-1",
-        "reply_to": "contextcore.reply.svc",
-        "idempotency_key": "k-3",
-        "principal": PRINCIPAL,
-        "memory": {"scope": "user", "attribute": "preference.language", "text": "Welsh"},
-    },
+    "memory-remember": remember_message(
+        "m-1", REPLY_TO, PRINCIPAL, attribute="preference.language", text="Welsh"
+    ),
     "memory-forget": {
         "action": "forget",
         "correlation_id": "m-2",
-        "reply_to": "contextcore.reply.svc",
+        "reply_to": REPLY_TO,
         "idempotency_key": "k-4",
-        "principal": PRINCIPAL,
+        "principal": PRINCIPAL.model_dump(mode="json", exclude_defaults=True),
         "memory_id": str(uuid.uuid4()),
     },
 }
