@@ -23,6 +23,8 @@ import contextlib
 import logging
 import secrets
 import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Required, Self, TypedDict, Unpack
 from uuid import UUID
@@ -56,6 +58,31 @@ def new_correlation_id() -> str:
     """A correlation id no caller chooses and nobody can guess (128 bits from :mod:`secrets`):
     every client makes one per request, so a reply is only ever matched to its own request."""
     return secrets.token_hex(16)
+
+
+def own_reply_topic(prefix: str, client_id: str, rule: ReplyTopics | None) -> str:
+    """The reply topic of the client ``client_id`` (``<prefix>.<client id>``), once ``rule``
+    admits it (unless given, the default rule of ``prefix``).
+
+    Raises:
+        ConfigurationError: the rule refuses it: the service would never answer there.
+    """
+    topic = client_reply_topic(prefix, client_id)
+    if rule is None:
+        rule = ReplyTopics.of(TopicSettings.model_construct(reply_prefix=prefix))
+    refused = rule.refusal(topic)
+    if refused is not None:
+        raise ConfigurationError(f"no reply could ever reach this client: {refused}")
+    return topic
+
+
+def not_taken(topic: str, send_timeout_s: float, error: BaseException) -> PublishFailed:
+    """The error of a request the broker did not take on ``topic`` (refused, or not within
+    ``send_timeout_s``)."""
+    return PublishFailed(
+        f"the broker did not take the request on {topic} within"
+        f" {send_timeout_s:g} s: {type(error).__name__} {error}"
+    )
 
 
 class BuildFailed(RequestRefused):
@@ -148,14 +175,7 @@ class ReplyChannel:
             raise ValueError("max_in_flight must be at least 1 and send_timeout_s positive")
         self.bootstrap_servers = bootstrap_servers
         self.client_id = uuid.uuid4().hex
-        self.reply_topic = client_reply_topic(reply_topic_prefix, self.client_id)
-        if reply_topics is None:
-            reply_topics = ReplyTopics.of(
-                TopicSettings.model_construct(reply_prefix=reply_topic_prefix)
-            )
-        refused = reply_topics.refusal(self.reply_topic)
-        if refused is not None:
-            raise ConfigurationError(f"no reply could ever reach this client: {refused}")
+        self.reply_topic = own_reply_topic(reply_topic_prefix, self.client_id, reply_topics)
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._connect_timeout_s = connect_timeout_s
         self.session = session or Session()
@@ -247,10 +267,7 @@ class ReplyChannel:
                         headers=[organization_header(organization), *trace_headers()],
                     )
             except (KafkaError, TimeoutError) as error:
-                raise PublishFailed(
-                    f"the broker did not take the request on {topic} within"
-                    f" {self._send_timeout_s:g} s: {type(error).__name__} {error}"
-                ) from error
+                raise not_taken(topic, self._send_timeout_s, error) from error
 
     def _on_reply(self, value: bytes, offset: int) -> None:
         raise NotImplementedError
@@ -259,24 +276,64 @@ class ReplyChannel:
         """Called on close: nothing more will arrive."""
 
 
-class ContextClient(ReplyChannel):
-    """An async client of the build-request topic. Use as ``async with ContextClient(...)``."""
+class BuildCalls:
+    """Build requests waiting for their replies, matched by correlation id: the rules every
+    build client follows, whatever carries its records (:class:`ContextClient` its own
+    connection, :class:`producers.faststream.ContextBriefs` a FastStream app's broker).
 
-    def __init__(self, *, request_topic: str, **options: Unpack[ChannelOptions]) -> None:
-        super().__init__(**options)
-        self.request_topic = request_topic
+    Each request gets a new id of :func:`new_correlation_id` and names ``reply_topic``; a reply
+    is matched to the call waiting on its id and to nothing else (a late, duplicate or foreign
+    one is ignored); a call's wait is bounded from the moment the broker took the request.
+    """
+
+    def __init__(self, reply_topic: str, session: Session) -> None:
+        self.reply_topic = reply_topic
+        self.session = session
         self._pending: dict[str, asyncio.Future[BuildReplyV1]] = {}
 
-    @classmethod
-    def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> ContextClient:
-        return cls(request_topic=topics.build_request, **channel_options(kafka, topics))
+    def envelope(
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        explain: bool = False,
+        read_after: str | None = None,
+    ) -> BuildRequestV1:
+        """A new request: a fresh correlation id, this caller's reply topic, and reading after
+        ``read_after`` and the session's latest position, whichever is later."""
+        return BuildRequestV1(
+            correlation_id=new_correlation_id(),
+            reply_to=self.reply_topic,
+            request=request,
+            policy=policy,
+            explain=explain,
+            read_after=latest(read_after, self.session.position),
+        )
 
-    def _cancel_waiters(self) -> None:
-        for future in self._pending.values():
-            future.cancel()
-        self._pending.clear()
+    async def call(
+        self, envelope: BuildRequestV1, send: Callable[[], Awaitable[None]], timeout: float
+    ) -> BuildReplyV1:
+        """Send ``envelope`` with ``send`` and wait ``timeout`` seconds, once it was sent, for its
+        reply.
 
-    def _on_reply(self, value: bytes, offset: int) -> None:
+        Raises:
+            ReplyTimeout: no reply within ``timeout`` seconds; a reply that comes later is
+                ignored.
+        """
+        future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
+        self._pending[envelope.correlation_id] = future
+        try:
+            await send()
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            raise ReplyTimeout(
+                f"no reply to {envelope.correlation_id} within {timeout:g} s"
+            ) from None
+        finally:
+            self._pending.pop(envelope.correlation_id, None)
+
+    def answer(self, value: bytes, offset: int) -> None:
+        """One record of the reply topic: the answer of the call waiting on its id, if any."""
         try:
             reply = BuildReplyV1.model_validate_json(value)
         except ValidationError:
@@ -285,6 +342,75 @@ class ContextClient(ReplyChannel):
         future = self._pending.pop(reply.correlation_id, None)
         if future is not None and not future.done():
             future.set_result(reply)
+
+    @property
+    def waiting(self) -> list[str]:
+        """The correlation ids of the calls waiting for their replies."""
+        return list(self._pending)
+
+    def cancel(self) -> None:
+        """Nothing more will arrive: every waiting call is cancelled."""
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+
+
+class BriefRequests(ABC):
+    """What a build client offers: :meth:`request` carries one request to its reply,
+    :meth:`build` makes its brief of it (:class:`ContextClient` on its own connection,
+    :class:`producers.faststream.ContextBriefs` on a FastStream app's)."""
+
+    @abstractmethod
+    async def request(
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        timeout: float = 10.0,
+        explain: bool = False,
+        read_after: str | None = None,
+    ) -> BuildReplyV1: ...
+
+    async def build(
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        timeout: float = 10.0,
+        read_after: str | None = None,
+    ) -> ContextBrief:
+        """The brief for ``request`` under ``policy`` (see the client's ``request``).
+
+        Raises:
+            BuildFailed: the service answered with an error (invalid request, policy, …).
+            ReplyTimeout: no reply within ``timeout`` seconds.
+            PublishFailed: the broker did not take the request.
+        """
+        reply = await self.request(request, policy, timeout=timeout, read_after=read_after)
+        if reply.status == "error":
+            assert reply.error is not None
+            raise BuildFailed(reply.error)
+        assert reply.brief is not None
+        return reply.brief
+
+
+class ContextClient(ReplyChannel, BriefRequests):
+    """An async client of the build-request topic. Use as ``async with ContextClient(...)``."""
+
+    def __init__(self, *, request_topic: str, **options: Unpack[ChannelOptions]) -> None:
+        super().__init__(**options)
+        self.request_topic = request_topic
+        self._calls = BuildCalls(self.reply_topic, self.session)
+
+    @classmethod
+    def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> ContextClient:
+        return cls(request_topic=topics.build_request, **channel_options(kafka, topics))
+
+    def _cancel_waiters(self) -> None:
+        self._calls.cancel()
+
+    def _on_reply(self, value: bytes, offset: int) -> None:
+        self._calls.answer(value, offset)
 
     async def request(
         self,
@@ -306,49 +432,14 @@ class ContextClient(ReplyChannel):
                 ignored.
             PublishFailed: the broker did not take the request.
         """
-        envelope = BuildRequestV1(
-            correlation_id=new_correlation_id(),
-            reply_to=self.reply_topic,
-            request=request,
-            policy=policy,
-            explain=explain,
-            read_after=latest(read_after, self.session.position),
-        )
-        future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
-        self._pending[envelope.correlation_id] = future
-        try:
-            await self._send(
+        envelope = self._calls.envelope(request, policy, explain=explain, read_after=read_after)
+        return await self._calls.call(
+            envelope,
+            lambda: self._send(
                 self.request_topic,
                 envelope.model_dump_json().encode(),
                 envelope.correlation_id.encode(),
                 request.subject.organization_id,
-            )
-            return await asyncio.wait_for(asyncio.shield(future), timeout)
-        except TimeoutError:
-            raise ReplyTimeout(
-                f"no reply to {envelope.correlation_id} within {timeout:g} s"
-            ) from None
-        finally:
-            self._pending.pop(envelope.correlation_id, None)
-
-    async def build(
-        self,
-        request: ContextRequest,
-        policy: ContextPolicy,
-        *,
-        timeout: float = 10.0,
-        read_after: str | None = None,
-    ) -> ContextBrief:
-        """The brief for ``request`` under ``policy`` (see :meth:`request`).
-
-        Raises:
-            BuildFailed: the service answered with an error (invalid request, policy, …).
-            ReplyTimeout: no reply within ``timeout`` seconds.
-            PublishFailed: the broker did not take the request.
-        """
-        reply = await self.request(request, policy, timeout=timeout, read_after=read_after)
-        if reply.status == "error":
-            assert reply.error is not None
-            raise BuildFailed(reply.error)
-        assert reply.brief is not None
-        return reply.brief
+            ),
+            timeout,
+        )

@@ -210,8 +210,8 @@ async def test_correlation_ids_are_the_clients_and_a_late_reply_never_answers_a_
         first = match.group(1)
         assert re.fullmatch(r"[0-9a-f]{32}", first), first
         later = asyncio.create_task(client.request(other, POLICY, timeout=60))
-        await until(lambda: client._pending)  # the later request waits
-        [waiting] = client._pending
+        await until(lambda: client._calls.waiting)  # the later request waits
+        [waiting] = client._calls.waiting
         assert waiting != first
         # A's answer arrives late, while B's request waits: exactly what the service would send
         brief = ContextBrief(

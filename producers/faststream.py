@@ -1,0 +1,163 @@
+"""Briefs for a FastStream app, on the app's own broker connection.
+
+Installed with the ``faststream`` extra: ``pip install contextcore-client[faststream]``.
+
+A service that runs on FastStream requests a brief from one of its handlers without a
+second Kafka connection: :class:`ContextBriefs` registers, on the app's :class:`KafkaBroker`,
+a publisher of the build-request topic and a subscriber of this app's own reply topic
+(``<reply_prefix>.<client id>``, one partition, read from its start), and matches replies to
+requests with the same :class:`~producers.client.BuildCalls` as
+:class:`~producers.client.ContextClient`: a new unguessable correlation id per request, the
+wait bounded from the broker's acknowledgement, late, duplicate and foreign replies ignored,
+an error reply raised as :class:`~producers.client.BuildFailed`::
+
+    broker = KafkaBroker("localhost:9092")
+    briefs = ContextBriefs(broker)
+    app = FastStream(broker, on_shutdown=[briefs.close])
+
+    @broker.subscriber("questions", group_id="answerer")
+    async def answer(question: Question) -> None:
+        brief = await briefs.build(question.request, POLICY)
+
+The reply topic is created when the broker starts its subscribers (FastStream's
+``allow_auto_create_topics``, on by default) and deleted by :meth:`ContextBriefs.close`. Under
+FastStream's ``TestKafkaBroker`` both ends run in memory: a handler standing in for the service
+answers on the request's ``reply_to`` (docs/clients.md, "FastStream").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+
+from aiokafka.errors import KafkaError
+
+try:
+    from faststream.kafka import KafkaBroker, KafkaMessage, TopicPartition
+except ImportError as missing:  # pragma: no cover - the extra is not installed
+    raise ImportError(
+        "producers.faststream needs FastStream: pip install 'contextcore-client[faststream]'"
+    ) from missing
+
+from broker.lanes import organization_header
+from broker.reply_topics import ReplyTopics
+from broker.settings import TopicSettings
+from broker.tracing import trace_headers
+from producers.client import BriefRequests, BuildCalls, Session, not_taken, own_reply_topic
+from schemas.build import BuildReplyV1
+from schemas.context import ContextPolicy, ContextRequest
+
+log = logging.getLogger("contextcore.client.faststream")
+
+__all__ = ["ContextBriefs"]
+
+
+class ContextBriefs(BriefRequests):
+    """Build requests from a FastStream app's handlers. Make it before the broker starts."""
+
+    def __init__(
+        self,
+        broker: KafkaBroker,
+        *,
+        request_topic: str = "contextcore.build-request",
+        reply_topic_prefix: str = "contextcore.reply",
+        reply_topics: ReplyTopics | None = None,
+        fetch_max_wait_ms: int = 100,
+        send_timeout_s: float = 30.0,
+        session: Session | None = None,
+    ) -> None:
+        """``reply_topics``: the service's reply-topic rule (unless given, the default rule of
+        ``reply_topic_prefix``). ``fetch_max_wait_ms``: the reply subscriber's long poll (the
+        dev broker holds each fetch to its full wait: docs/clients.md). ``send_timeout_s``:
+        how long the broker has to take a request. ``session``: the positions of this caller's
+        writes, shared with its other clients (read-your-writes, docs/scaling.md).
+
+        Raises:
+            ConfigurationError: the rule refuses the app's reply topic (the service would
+                never answer on it).
+        """
+        if send_timeout_s <= 0:
+            raise ValueError("send_timeout_s must be positive")
+        self.broker = broker
+        self.request_topic = request_topic
+        self.reply_topic = own_reply_topic(reply_topic_prefix, uuid.uuid4().hex, reply_topics)
+        self.session = session or Session()
+        self._send_timeout_s = send_timeout_s
+        self._calls = BuildCalls(self.reply_topic, self.session)
+        self._publisher = broker.publisher(
+            request_topic,
+            title=f"{request_topic}:BuildRequestV1",
+            description="Build requests (contextcore docs/asyncapi/build.yaml).",
+        )
+        self._subscriber = broker.subscriber(
+            partitions=[TopicPartition(self.reply_topic, 0)],
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=fetch_max_wait_ms,
+            title=f"{self.reply_topic}:BuildReplyV1",
+            description="This app's replies from contextcore, matched by correlation id.",
+        )
+        self._subscriber(self._on_reply)
+
+    @classmethod
+    def from_settings(cls, broker: KafkaBroker, topics: TopicSettings) -> ContextBriefs:
+        """With the topic names and reply rule the service's settings name."""
+        return cls(
+            broker,
+            request_topic=topics.build_request,
+            reply_topic_prefix=topics.reply_prefix,
+            reply_topics=ReplyTopics.of(topics),
+        )
+
+    async def _on_reply(self, message: KafkaMessage) -> None:
+        """Every record of the reply topic (FastStream's handler; never raises)."""
+        self._calls.answer(message.body, getattr(message.raw_message, "offset", -1))
+
+    async def request(
+        self,
+        request: ContextRequest,
+        policy: ContextPolicy,
+        *,
+        timeout: float = 10.0,
+        explain: bool = False,
+        read_after: str | None = None,
+    ) -> BuildReplyV1:
+        """Publish one request on the app's broker and return its reply, brief or error, as
+        the service sent it (``ContextClient.request``'s rules).
+
+        Raises:
+            ReplyTimeout: no reply within ``timeout`` seconds of the broker taking the request.
+            PublishFailed: the broker did not take the request.
+        """
+        envelope = self._calls.envelope(request, policy, explain=explain, read_after=read_after)
+        headers = dict(
+            (name, value.decode())
+            for name, value in (
+                organization_header(request.subject.organization_id),
+                *trace_headers(),
+            )
+        )
+
+        async def send() -> None:
+            try:
+                async with asyncio.timeout(self._send_timeout_s):
+                    await self._publisher.publish(
+                        envelope.model_dump_json().encode(),
+                        key=envelope.correlation_id.encode(),
+                        headers=headers,
+                        correlation_id=envelope.correlation_id,
+                    )
+            except (KafkaError, TimeoutError) as error:
+                raise not_taken(self.request_topic, self._send_timeout_s, error) from error
+
+        return await self._calls.call(envelope, send, timeout)
+
+    async def close(self) -> None:
+        """Fail the calls still waiting, stop the reply subscriber and delete the reply topic
+        (best effort: a broker that is gone leaves it). Give it to the app's ``on_shutdown``."""
+        self._calls.cancel()
+        await self._subscriber.stop()
+        try:
+            await self.broker.config.admin_client.delete_topics([self.reply_topic])
+        except Exception as error:  # the app is stopping: say so, and go on
+            log.warning("the reply topic %s stays: %s", self.reply_topic, error)
