@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
 
 TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
-_MAX_HEADER = 512
+MAX_TRACE_HEADER = 512
 """A longer value is no trace context (W3C: traceparent is 55 characters, tracestate 512)."""
 
 
@@ -44,7 +44,7 @@ def context_of(headers: Iterable[tuple[str, bytes]]) -> Context | None:
         return None
     carrier: dict[str, str] = {}
     for name, value in headers:
-        if name in TRACE_HEADERS and len(value) <= _MAX_HEADER:
+        if name in TRACE_HEADERS and len(value) <= MAX_TRACE_HEADER:
             try:
                 carrier[name] = value.decode("ascii")
             except (UnicodeDecodeError, AttributeError):

@@ -25,6 +25,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode
 
+from broker import lanes, tracing
+from consumers.runtime import letters, records
 from schemas.build import BuildReplyV1, BuildRequestV1
 from schemas.envelope import DeadLetterV1
 from schemas.memory import ForgetV1, MemoryAnswerV1, RememberV1
@@ -97,7 +99,7 @@ MESSAGES = (
 
 
 def _headers(
-    name: str, description: str, headers: dict[str, str], required: list[str]
+    name: str, description: str, headers: dict[str, dict[str, Any]], required: list[str]
 ) -> dict[str, Any]:
     return {
         "$schema": DRAFT,
@@ -105,9 +107,7 @@ def _headers(
         "title": name,
         "description": description,
         "type": "object",
-        "properties": {
-            header: {"type": "string", "description": text} for header, text in headers.items()
-        },
+        "properties": {header: {"type": "string", **schema} for header, schema in headers.items()},
         "required": required,
         "additionalProperties": {"type": "string"},
         "$comment": "Kafka headers by name, their values as UTF-8 text. Generated from "
@@ -115,25 +115,43 @@ def _headers(
     }
 
 
-DEAD_LETTER_HEADERS = {
-    "content-type": "application/json",
-    "x-original-topic": "the topic the record first arrived on",
-    "x-original-partition": "its partition, in decimal",
-    "x-original-offset": "its offset there, in decimal",
-    "x-dead-letter-cause": "the letter's cause (DeadLetterV1.cause)",
+# The header names come from the code that writes them; each schema is the name's description
+# and, where the code bounds the value, its length.
+UUID_PATTERN = "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+DEAD_LETTER_HEADERS: dict[str, dict[str, Any]] = {
+    letters.HEADER_CONTENT_TYPE: {"const": "application/json"},
+    letters.HEADER_ORIGINAL_TOPIC: {"description": "the topic the record first arrived on"},
+    letters.HEADER_ORIGINAL_PARTITION: {"description": "its partition, in decimal"},
+    letters.HEADER_ORIGINAL_OFFSET: {"description": "its offset there, in decimal"},
+    letters.HEADER_CAUSE: {"description": "the letter's cause (DeadLetterV1.cause)"},
 }
-RETRY_HEADERS = {
-    "contextcore-attempt": "the attempt this copy is (2, 3, ...), in decimal",
-    "contextcore-not-before-ms": "wall-clock milliseconds before which it is not handled again",
-    "contextcore-first-position": "topic/partition/offset of the first delivery",
-    "contextcore-last-error": "the last failure, at most 500 characters",
+RETRY_HEADERS: dict[str, dict[str, Any]] = {
+    records.HEADER_ATTEMPT: {"description": "the attempt this copy is (2, 3, ...), in decimal"},
+    records.HEADER_NOT_BEFORE: {
+        "description": "wall-clock milliseconds before which it is not handled again"
+    },
+    records.HEADER_FIRST_POSITION: {"description": "topic/partition/offset of the first delivery"},
+    records.HEADER_LAST_ERROR: {
+        "description": "the last failure",
+        "maxLength": records.MAX_LAST_ERROR_CHARS,
+    },
 }
-REQUEST_HEADERS = {
-    "contextcore-organization": "the organization a request is for (its UUID, or 'platform'): "
-    "the consumer serves organizations in turn by it; it grants nothing, the value names the "
-    "organization",
-    "traceparent": "W3C trace context (optional): the request's span joins the caller's trace",
-    "tracestate": "W3C trace state (optional), at most 512 characters",
+REQUEST_HEADERS: dict[str, dict[str, Any]] = {
+    lanes.HEADER_ORGANIZATION: {
+        "description": "the organization a request is for (its UUID, or "
+        f"'{lanes.PLATFORM}'): the consumer serves organizations in turn by it; it grants "
+        "nothing, the value names the organization",
+        "pattern": f"^({lanes.PLATFORM}|{UUID_PATTERN})$",
+    },
+    "traceparent": {
+        "description": "W3C trace context (optional): the request's span joins the caller's "
+        "trace; a longer value is ignored",
+        "maxLength": tracing.MAX_TRACE_HEADER,
+    },
+    "tracestate": {
+        "description": "W3C trace state (optional); a longer value is ignored",
+        "maxLength": tracing.MAX_TRACE_HEADER,
+    },
 }
 
 

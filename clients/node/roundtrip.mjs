@@ -40,7 +40,7 @@ const fetchMaxWaitMs = wait === "default" ? undefined : Number(wait);
 
 // ------------------------------------------------------------------- the schemas, with ajv
 const folder = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "docs", "schemas");
-const ajv = new Ajv2020({ allErrors: true, strict: false });
+const ajv = new Ajv2020({ allErrors: true, strict: true });
 addFormats(ajv);
 for (const name of (await readdir(folder)).filter((n) => n.endsWith(".schema.json"))) {
   ajv.addSchema(JSON.parse(await readFile(join(folder, name), "utf8")));

@@ -80,6 +80,7 @@ from consumers.runtime.records import (
     HEADER_FIRST_POSITION,
     HEADER_LAST_ERROR,
     HEADER_NOT_BEFORE,
+    MAX_LAST_ERROR_CHARS,
     DeadLetter,
     Done,
     Inbound,
@@ -674,7 +675,10 @@ class Delivery:
             (HEADER_ATTEMPT, str(attempt + 1).encode()),
             (HEADER_NOT_BEFORE, str(self.wall_ms() + int(delay_s * 1000)).encode()),
             (HEADER_FIRST_POSITION, str(record.first_position).encode()),
-            (HEADER_LAST_ERROR, printable(retry.reason)[:500].encode("utf-8", "replace")),
+            (
+                HEADER_LAST_ERROR,
+                printable(retry.reason)[:MAX_LAST_ERROR_CHARS].encode("utf-8", "replace"),
+            ),
         ]
         refused = await self._publish_own(
             "retry", record.topic, record.value or b"", record.key, headers

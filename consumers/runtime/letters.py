@@ -15,6 +15,11 @@ from consumers.runtime.records import Inbound
 from schemas.envelope import DeadLetterV1, printable
 
 MAX_REASON_CHARS = 2_000
+HEADER_CONTENT_TYPE = "content-type"
+HEADER_ORIGINAL_TOPIC = "x-original-topic"
+HEADER_ORIGINAL_PARTITION = "x-original-partition"
+HEADER_ORIGINAL_OFFSET = "x-original-offset"
+HEADER_CAUSE = "x-dead-letter-cause"
 
 
 def _cut(data: bytes, limit: int) -> str:
@@ -63,10 +68,10 @@ def dead_letter(
             break
         limit //= 2  # escaped control characters: keep less until it fits
     headers = [
-        ("content-type", b"application/json"),
-        ("x-original-topic", first.topic.encode()),
-        ("x-original-partition", str(first.partition).encode()),
-        ("x-original-offset", str(first.offset).encode()),
-        ("x-dead-letter-cause", cause.encode()),
+        (HEADER_CONTENT_TYPE, b"application/json"),
+        (HEADER_ORIGINAL_TOPIC, first.topic.encode()),
+        (HEADER_ORIGINAL_PARTITION, str(first.partition).encode()),
+        (HEADER_ORIGINAL_OFFSET, str(first.offset).encode()),
+        (HEADER_CAUSE, cause.encode()),
     ]
     return body, headers

@@ -27,6 +27,8 @@ HEADER_ATTEMPT = "contextcore-attempt"
 HEADER_NOT_BEFORE = "contextcore-not-before-ms"
 HEADER_FIRST_POSITION = "contextcore-first-position"
 HEADER_LAST_ERROR = "contextcore-last-error"
+MAX_LAST_ERROR_CHARS = 500
+"""A retried copy's last failure is cut to this many characters."""
 RUNTIME_HEADERS = frozenset(
     {HEADER_ATTEMPT, HEADER_NOT_BEFORE, HEADER_FIRST_POSITION, HEADER_LAST_ERROR}
 )

@@ -13,7 +13,16 @@ import yaml
 from jsonschema import Draft202012Validator, FormatChecker
 from pydantic import BaseModel
 
+from broker.lanes import HEADER_ORGANIZATION, organization_header
+from broker.tracing import MAX_TRACE_HEADER
 from consumers.runtime.asyncapi import as_asyncapi
+from consumers.runtime.letters import dead_letter
+from consumers.runtime.records import (
+    HEADER_ATTEMPT,
+    HEADER_LAST_ERROR,
+    MAX_LAST_ERROR_CHARS,
+    Inbound,
+)
 from devstack.asyncapi import documents as asyncapi_documents
 from devstack.json_schemas import DOCS, MESSAGES, documents
 from schemas.build import BuildReplyV1, ErrorInfo
@@ -208,22 +217,37 @@ def test_every_message_of_the_generator_is_exercised_here() -> None:
     assert {m.name for m in MESSAGES} == set(READ) | set(SENT)
 
 
-def test_the_header_schemas_name_what_the_runtime_writes() -> None:
-    letters = schema("dead-letter-headers")
-    headers = {
-        "content-type": "application/json",
-        "x-original-topic": "contextcore.build-request",
-        "x-original-partition": "0",
-        "x-original-offset": "7",
-        "x-dead-letter-cause": "not_json",
-    }
-    assert not list(letters.iter_errors(headers))
-    assert list(
-        letters.iter_errors({k: v for k, v in headers.items() if k != "x-dead-letter-cause"})
+def as_text(headers: list[tuple[str, bytes]]) -> dict[str, str]:
+    return {name: value.decode() for name, value in headers}
+
+
+def test_the_header_schemas_hold_what_the_runtime_and_the_clients_write() -> None:
+    """The headers as the code writes them validate; the bounds the code keeps are the
+    schemas' (a value past them is refused)."""
+    record = Inbound("contextcore.build-request", 0, 7, None, b"{", ())
+    _, written = dead_letter(
+        record,
+        cause="not_json",
+        reason="not JSON",
+        consumer_group="build",
+        payload_limit=100,
+        max_bytes=10_000,
     )
+    letters = schema("dead-letter-headers")
+    assert not list(letters.iter_errors(as_text(written)))
+    assert list(letters.iter_errors(as_text(written[:-1])))  # the cause is required
+
     requests = schema("request-headers")
-    assert not list(requests.iter_errors({"contextcore-organization": ORG}))
-    assert not list(schema("retry-headers").iter_errors({"contextcore-attempt": "2"}))
+    for organization in (uuid.UUID(ORG), None):  # None: the platform's lane
+        assert not list(requests.iter_errors(as_text([organization_header(organization)])))
+    assert list(requests.iter_errors({HEADER_ORGANIZATION: "acme"}))
+    assert list(requests.iter_errors({"traceparent": "0" * (MAX_TRACE_HEADER + 1)}))
+
+    retries = schema("retry-headers")
+    retried = {HEADER_ATTEMPT: "2", HEADER_LAST_ERROR: "x" * MAX_LAST_ERROR_CHARS}
+    assert not list(retries.iter_errors(retried))
+    too_long = "x" * (MAX_LAST_ERROR_CHARS + 1)
+    assert list(retries.iter_errors({**retried, HEADER_LAST_ERROR: too_long}))
 
 
 def in_components(schema: Any) -> Any:

@@ -4,10 +4,7 @@
  * The headers of a record on <topic>.dlt.
  */
 export interface DeadLetterHeaders {
-  /**
-   * application/json
-   */
-  "content-type": string;
+  "content-type": "application/json";
   /**
    * the letter's cause (DeadLetterV1.cause)
    */
@@ -24,5 +21,5 @@ export interface DeadLetterHeaders {
    * the topic the record first arrived on
    */
   "x-original-topic": string;
-  [k: string]: string;
+  [k: string]: string | "application/json";
 }

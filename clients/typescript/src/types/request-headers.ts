@@ -9,11 +9,11 @@ export interface RequestHeaders {
    */
   "contextcore-organization"?: string;
   /**
-   * W3C trace context (optional): the request's span joins the caller's trace
+   * W3C trace context (optional): the request's span joins the caller's trace; a longer value is ignored
    */
   traceparent?: string;
   /**
-   * W3C trace state (optional), at most 512 characters
+   * W3C trace state (optional); a longer value is ignored
    */
   tracestate?: string;
   [k: string]: string | undefined;

@@ -13,7 +13,7 @@ export interface RetryHeaders {
    */
   "contextcore-first-position"?: string;
   /**
-   * the last failure, at most 500 characters
+   * the last failure
    */
   "contextcore-last-error"?: string;
   /**
