@@ -41,6 +41,7 @@ from broker.tracing import trace_headers
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 from schemas.context import ContextBrief, ContextPolicy, ContextRequest
 from schemas.errors import (
+    ClientClosed,
     ConfigurationError,
     InfrastructureUnavailable,
     PublishFailed,
@@ -290,6 +291,7 @@ class BuildCalls:
         self.reply_topic = reply_topic
         self.session = session
         self._pending: dict[str, asyncio.Future[BuildReplyV1]] = {}
+        self.closed = False
 
     def envelope(
         self,
@@ -319,7 +321,10 @@ class BuildCalls:
         Raises:
             ReplyTimeout: no reply within ``timeout`` seconds; a reply that comes later is
                 ignored.
+            ClientClosed: the client closed, before or while the call waited.
         """
+        if self.closed:
+            raise ClientClosed("the client is closed")
         future: asyncio.Future[BuildReplyV1] = asyncio.get_running_loop().create_future()
         self._pending[envelope.correlation_id] = future
         try:
@@ -348,10 +353,15 @@ class BuildCalls:
         """The correlation ids of the calls waiting for their replies."""
         return list(self._pending)
 
-    def cancel(self) -> None:
-        """Nothing more will arrive: every waiting call is cancelled."""
-        for future in self._pending.values():
-            future.cancel()
+    def close(self) -> None:
+        """Nothing more will arrive: every waiting call fails with :class:`ClientClosed`, and
+        a call made later fails at once."""
+        self.closed = True
+        for correlation_id, future in self._pending.items():
+            if not future.done():
+                future.set_exception(
+                    ClientClosed(f"the client closed while {correlation_id} waited")
+                )
         self._pending.clear()
 
 
@@ -406,8 +416,12 @@ class ContextClient(ReplyChannel, BriefRequests):
     def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> ContextClient:
         return cls(request_topic=topics.build_request, **channel_options(kafka, topics))
 
+    async def start(self) -> None:
+        self._calls.closed = False  # a client may start again after a close
+        await super().start()
+
     def _cancel_waiters(self) -> None:
-        self._calls.cancel()
+        self._calls.close()
 
     def _on_reply(self, value: bytes, offset: int) -> None:
         self._calls.answer(value, offset)

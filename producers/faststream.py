@@ -13,16 +13,20 @@ an error reply raised as :class:`~producers.client.BuildFailed`::
 
     broker = KafkaBroker("localhost:9092")
     briefs = ContextBriefs(broker)
-    app = FastStream(broker, on_shutdown=[briefs.close])
+    app = FastStream(broker, after_startup=[briefs.start], after_shutdown=[briefs.close])
 
     @broker.subscriber("questions", group_id="answerer")
     async def answer(question: Question) -> None:
         brief = await briefs.build(question.request, POLICY)
 
-The reply topic is created when the broker starts its subscribers (FastStream's
-``allow_auto_create_topics``, on by default) and deleted by :meth:`ContextBriefs.close`. Under
-FastStream's ``TestKafkaBroker`` both ends run in memory: a handler standing in for the service
-answers on the request's ``reply_to`` (docs/clients.md, "FastStream").
+The hooks are the app's *after* ones on purpose. :meth:`ContextBriefs.start` runs once the
+broker is connected: it makes sure the reply topic exists with one partition (FastStream's
+auto-creation only logs a warning when it cannot) and fails the start loudly otherwise.
+:meth:`ContextBriefs.close` runs once the broker stopped, that is after FastStream let the
+app's handlers finish (its graceful timeout) with the reply subscriber still reading: it fails
+the calls still waiting (:class:`~schemas.errors.ClientClosed`) and deletes the reply topic.
+Under FastStream's ``TestKafkaBroker`` both ends run in memory: a handler standing in for the
+service answers on the request's ``reply_to`` (docs/clients.md, "FastStream").
 """
 
 from __future__ import annotations
@@ -31,9 +35,11 @@ import asyncio
 import logging
 import uuid
 
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaError
 
 try:
+    from faststream import AckPolicy
     from faststream.kafka import KafkaBroker, KafkaMessage, TopicPartition
 except ImportError as missing:  # pragma: no cover - the extra is not installed
     raise ImportError(
@@ -47,6 +53,7 @@ from broker.tracing import trace_headers
 from producers.client import BriefRequests, BuildCalls, Session, not_taken, own_reply_topic
 from schemas.build import BuildReplyV1
 from schemas.context import ContextPolicy, ContextRequest
+from schemas.errors import ConfigurationError, InfrastructureUnavailable
 
 log = logging.getLogger("contextcore.client.faststream")
 
@@ -79,12 +86,18 @@ class ContextBriefs(BriefRequests):
         """
         if send_timeout_s <= 0:
             raise ValueError("send_timeout_s must be positive")
+        if not isinstance(broker, KafkaBroker):  # a router's prefix would rename both topics
+            raise ConfigurationError("ContextBriefs takes the app's KafkaBroker itself")
+        if broker.running:  # FastStream starts no subscriber made later
+            raise ConfigurationError("make ContextBriefs before the app's broker starts")
         self.broker = broker
         self.request_topic = request_topic
         self.reply_topic = own_reply_topic(reply_topic_prefix, uuid.uuid4().hex, reply_topics)
         self.session = session or Session()
         self._send_timeout_s = send_timeout_s
         self._calls = BuildCalls(self.reply_topic, self.session)
+        self._started = False
+        self._topic_made = False
         self._publisher = broker.publisher(
             request_topic,
             title=f"{request_topic}:BuildRequestV1",
@@ -94,6 +107,7 @@ class ContextBriefs(BriefRequests):
             partitions=[TopicPartition(self.reply_topic, 0)],
             auto_offset_reset="earliest",
             fetch_max_wait_ms=fetch_max_wait_ms,
+            ack_policy=AckPolicy.ACK_FIRST,  # whatever the broker's: no group, nothing to commit
             title=f"{self.reply_topic}:BuildReplyV1",
             description="This app's replies from contextcore, matched by correlation id.",
         )
@@ -129,6 +143,10 @@ class ContextBriefs(BriefRequests):
             ReplyTimeout: no reply within ``timeout`` seconds of the broker taking the request.
             PublishFailed: the broker did not take the request.
         """
+        if not self._started:
+            raise ConfigurationError(
+                "ContextBriefs.start() was not called: give it to the app's after_startup"
+            )
         envelope = self._calls.envelope(request, policy, explain=explain, read_after=read_after)
         headers = dict(
             (name, value.decode())
@@ -152,12 +170,59 @@ class ContextBriefs(BriefRequests):
 
         return await self._calls.call(envelope, send, timeout)
 
-    async def close(self) -> None:
-        """Fail the calls still waiting, stop the reply subscriber and delete the reply topic
-        (best effort: a broker that is gone leaves it). Give it to the app's ``on_shutdown``."""
-        self._calls.cancel()
-        await self._subscriber.stop()
+    async def start(self) -> None:
+        """The app's ``after_startup``: the reply topic exists with one partition (made now if
+        FastStream's auto-creation did not), so every reply reaches the subscriber.
+
+        Raises:
+            ConfigurationError: the broker is not running, or the reply topic has more than
+                one partition.
+            InfrastructureUnavailable: the topic could not be made.
+        """
+        if not self._subscriber.running:  # FastStream's test broker starts it too
+            raise ConfigurationError("ContextBriefs.start() runs after the broker started")
+        admin = self.broker.config.admin.admin_client
+        if admin is not None:  # None: FastStream's test broker, or a consumer-only one
+            await self._ensure_reply_topic(admin)
+        self._started = True
+
+    async def _ensure_reply_topic(self, admin: AIOKafkaAdminClient) -> None:
         try:
-            await self.broker.config.admin_client.delete_topics([self.reply_topic])
-        except Exception as error:  # the app is stopping: say so, and go on
+            [described] = await admin.describe_topics([self.reply_topic])
+            if described.get("error_code"):  # unknown: FastStream could not make it
+                await admin.create_topics([NewTopic(self.reply_topic, 1, 1)])
+                [described] = await admin.describe_topics([self.reply_topic])
+        except KafkaError as error:
+            raise InfrastructureUnavailable(
+                f"the reply topic {self.reply_topic} could not be made: {error}"
+            ) from error
+        partitions = len(described.get("partitions") or ())
+        if partitions != 1:
+            raise ConfigurationError(
+                f"the reply topic {self.reply_topic} has {partitions} partitions, not one"
+            )
+        self._topic_made = True
+
+    async def close(self) -> None:
+        """The app's ``after_shutdown``: fail the calls still waiting, then delete the reply
+        topic (best effort, through an admin client of the broker's connection settings)."""
+        self._calls.close()
+        if not self._topic_made:
+            return
+        self._topic_made = False
+        await self._delete_reply_topic()
+
+    async def _delete_reply_topic(self) -> None:
+        admin = self.broker.config.admin
+        try:  # the broker disconnected its admin client on stop: connect one for this
+            async with asyncio.timeout(10):
+                await admin.connect(**self.broker._connection_kwargs)
+                try:
+                    response = await admin.client.delete_topics([self.reply_topic])
+                finally:
+                    await admin.disconnect()
+            errors = [code for _, code, *_ in response.topic_error_codes if code]
+            if errors:
+                raise KafkaError(f"error codes {errors}")
+        except Exception as error:  # the app has stopped: say so, and go on
             log.warning("the reply topic %s stays: %s", self.reply_topic, error)

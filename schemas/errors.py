@@ -31,6 +31,7 @@
     └── ClientError                 a client call got no usable answer (producers/)
         ├── PublishFailed (InfrastructureUnavailable)  the broker did not take it        exit 3
         ├── ReplyTimeout            no reply within the timeout                          exit 3
+        │   └── ClientClosed        ... the client closed while the call waited
         ├── DocumentTooLarge (ValueError)  a file does not fit one record                exit 1
         └── RequestRefused          the service answered with an error reply             exit 1
             ├── BuildFailed         ... to a build request (producers/client.py)
@@ -141,6 +142,11 @@ class PublishFailed(ClientError, InfrastructureUnavailable):
 
 class ReplyTimeout(ClientError):
     """No reply arrived in time; the request may still be answered later (and ignored)."""
+
+
+class ClientClosed(ReplyTimeout):
+    """The client closed while the call waited: no reply will reach it (the request may still
+    be answered, to nobody)."""
 
 
 class RequestRefused(ClientError):

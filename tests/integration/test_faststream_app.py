@@ -6,7 +6,6 @@ what it got; the brief holds the organization's company, an error reply is raise
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 
@@ -27,6 +26,7 @@ from schemas.context import (
     ContextSubject,
     ResourceRef,
 )
+from schemas.errors import ConfigurationError
 from tests.integration import seed
 from tests.integration.helpers import read_json
 from tests.services import Config, StartConsumer
@@ -75,7 +75,7 @@ def example_app(config: Config, questions: str, answers: str) -> tuple[FastStrea
             return {"error": failed.error.code}
         return {"brief": brief.text}
 
-    return FastStream(broker, on_shutdown=[briefs.close]), briefs
+    return FastStream(broker, after_startup=[briefs.start], after_shutdown=[briefs.close]), briefs
 
 
 async def topics_of(bootstrap: str) -> set[str]:
@@ -98,6 +98,8 @@ async def test_a_faststream_app_gets_briefs_on_its_own_broker_connection(
     await app.start()
     try:
         assert briefs.reply_topic in await topics_of(config.bootstrap)
+        with pytest.raises(ConfigurationError, match="before the app's broker starts"):
+            ContextBriefs(briefs.broker)  # FastStream would never start its subscriber
         asked = KafkaBroker(config.bootstrap)
         async with asked:
             await asked.start()
@@ -131,5 +133,4 @@ async def test_a_faststream_app_gets_briefs_on_its_own_broker_connection(
     assert error == {"error": "policy_rejected"}
     assert "Acme Robotics" not in direct.text  # scoped to the asking organization
     assert briefs._calls.waiting == []
-    await asyncio.sleep(0)
     assert briefs.reply_topic not in await topics_of(config.bootstrap)

@@ -22,7 +22,7 @@ from producers.client import BuildFailed, Session
 from producers.faststream import ContextBriefs
 from schemas.build import BuildReplyV1, BuildRequestV1, ErrorInfo
 from schemas.context import ContextBrief, ContextPolicy, ContextRequest, ContextSubject
-from schemas.errors import ConfigurationError, ReplyTimeout
+from schemas.errors import ClientClosed, ConfigurationError, ReplyTimeout
 
 ORG = uuid.UUID(int=7)
 REQUEST = ContextRequest(
@@ -67,6 +67,7 @@ async def test_a_brief_comes_back_on_the_app_s_own_reply_topic() -> None:
 
     broker, briefs, received = app_with_service(ok)
     async with TestKafkaBroker(broker):
+        await briefs.start()
         first = await briefs.build(REQUEST, POLICY, timeout=5)
         reply = await briefs.request(REQUEST, POLICY, timeout=5, explain=True)
     assert first.text == "Acme"
@@ -95,6 +96,7 @@ async def test_an_error_reply_is_build_failed_with_the_service_s_code() -> None:
 
     broker, briefs, _ = app_with_service(refuse)
     async with TestKafkaBroker(broker):
+        await briefs.start()
         with pytest.raises(BuildFailed) as raised:
             await briefs.build(REQUEST, POLICY, timeout=5)
         reply = await briefs.request(REQUEST, POLICY, timeout=5)
@@ -115,6 +117,7 @@ async def test_a_foreign_or_malformed_reply_answers_nobody() -> None:
     for answer in (foreign, garbage):
         broker, briefs, received = app_with_service(answer)
         async with TestKafkaBroker(broker):
+            await briefs.start()
             with pytest.raises(ReplyTimeout, match=r"no reply to [0-9a-f]{32} within 0.2 s"):
                 await briefs.build(REQUEST, POLICY, timeout=0.2)
         assert len(received) == 1
@@ -136,6 +139,7 @@ async def test_a_late_reply_never_answers_a_later_request() -> None:
 
     broker, briefs, _ = app_with_service(late)
     async with TestKafkaBroker(broker):
+        await briefs.start()
         with pytest.raises(ReplyTimeout):
             await briefs.build(REQUEST, POLICY, timeout=0.2)
         with pytest.raises(ReplyTimeout):
@@ -159,12 +163,13 @@ async def test_the_session_s_latest_position_is_named() -> None:
         await broker.publish(await ok(request), request.reply_to)
 
     async with TestKafkaBroker(broker):
+        await briefs.start()
         await briefs.build(REQUEST, POLICY, timeout=5)
         await briefs.build(REQUEST, POLICY, timeout=5, read_after="1/0")
     assert [r.read_after for r in received] == ["0/16B3748", "1/0"]
 
 
-async def test_close_fails_the_waiting_calls() -> None:
+async def test_close_fails_the_waiting_calls_and_every_later_one() -> None:
     sent = asyncio.Event()
 
     async def never(request: BuildRequestV1) -> None:
@@ -172,12 +177,37 @@ async def test_close_fails_the_waiting_calls() -> None:
 
     broker, briefs, _ = app_with_service(never)
     async with TestKafkaBroker(broker):
+        await briefs.start()
         waiting = asyncio.create_task(briefs.build(REQUEST, POLICY, timeout=60))
         await asyncio.wait_for(sent.wait(), 30)
         assert len(briefs._calls.waiting) == 1
-        await briefs.close()  # no admin client under the test broker: the topic "stays"
-        with pytest.raises(asyncio.CancelledError):
+        await briefs.close()  # no admin client under the test broker: no topic to delete
+        with pytest.raises(ClientClosed, match=r"closed while [0-9a-f]{32} waited"):
             await waiting
+        with pytest.raises(ClientClosed):
+            await briefs.build(REQUEST, POLICY, timeout=60)
+    assert briefs._calls.waiting == []
+
+
+async def test_it_is_made_before_the_broker_starts_and_started_after() -> None:
+    """A request before ``start`` could wait on a reply topic nobody made: it is refused, not
+    timed out (one made once the broker runs: tests/integration/test_faststream_app.py)."""
+    broker, briefs, _ = app_with_service(lambda request: asyncio.sleep(0, b""))
+    with pytest.raises(ConfigurationError, match="after the broker started"):
+        await briefs.start()
+    async with TestKafkaBroker(broker):
+        with pytest.raises(ConfigurationError, match="after_startup"):
+            await briefs.build(REQUEST, POLICY, timeout=5)
+
+
+def test_every_app_has_a_reply_topic_of_its_own_read_from_its_start() -> None:
+    broker = KafkaBroker("127.0.0.1:9")
+    first, second = ContextBriefs(broker), ContextBriefs(broker)
+    assert first.reply_topic != second.reply_topic
+    for briefs in (first, second):
+        assert [(p.topic, p.partition) for p in briefs._subscriber.partitions] == [
+            (briefs.reply_topic, 0)
+        ]
 
 
 def test_a_reply_topic_the_service_would_refuse_is_refused_before_anything_is_sent() -> None:
