@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from broker.settings import KafkaSettings, TopicSettings
 from producers.client import ChannelOptions, ReplyChannel, channel_options, new_correlation_id
-from schemas.errors import ReplyTimeout
+from schemas.errors import ClientClosed, ReplyTimeout
 from schemas.memory import ForgetV1, Invoker, MemoryAnswerV1, MemoryCandidate, RememberV1
 
 log = logging.getLogger("contextcore.client")
@@ -50,8 +50,11 @@ class MemoryClient(ReplyChannel):
             waiter.set_result(answer)
 
     def _cancel_waiters(self) -> None:
-        for waiter in self._waiting.values():
-            waiter.cancel()
+        for correlation_id, waiter in self._waiting.items():
+            if not waiter.done():
+                waiter.set_exception(
+                    ClientClosed(f"the client closed while {correlation_id} waited")
+                )
 
     async def remember(
         self,
