@@ -47,6 +47,17 @@ _ROWS: list[tuple[str, tuple[object, ...]]] = [
         " VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
         (ORGANIZATION, UUID(int=1), "Pilot", "Two robots for 90 days", "12k USD"),
     ),
+    (  # a document of the organization's settings (the dossier's); the handbook the demo
+        # uploads is a knowledge source, which the knowledge source reads
+        "INSERT INTO organization_documents (organization_id, id, title, summary)"
+        " VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+        (
+            ORGANIZATION,
+            UUID(int=2),
+            "Pricing guidelines 2027",
+            "Pilots at list price; discounts above 10% need the sales director.",
+        ),
+    ),
     (
         "INSERT INTO crm_companies (organization_id, id, name, domain, industry, lifecycle_stage,"
         " employee_count) VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",

@@ -92,7 +92,10 @@ def _facts(rows: list[Record]) -> list[Fact]:
             title, summary = fields
             facts.append(Fact(f"Document: {title}", summary or ""))
         elif part == "documents":
-            facts.append(Fact("Documents", f"The organization has {fields[0]} active document(s)."))
+            count = fields[0]
+            facts.append(
+                Fact("Documents", f"The organization's settings list {count} active document(s).")
+            )
     if services:
         facts.append(Fact("Services", "; ".join(services)))
     return facts

@@ -54,6 +54,9 @@ async def test_demo_applies_the_schema_starts_the_consumers_and_prints_the_reply
     ):
         assert heading in text  # every source answered from the seeded demo rows
     assert "lifecycle_stage: customer" in text
+    # the dossier's document is the settings' one, and its count says so (issue 36, item 5)
+    assert "Document: Pricing guidelines 2027" in text
+    assert "The organization's settings list 1 active document(s)." in text
     # the demo asks for the manifest and prints it (explain: true): the kept items first
     table = out[out.index("\nitems: ") + 1 :].splitlines()
     assert table[1].split()[:4] == ["outcome", "source", "class", "tokens"]

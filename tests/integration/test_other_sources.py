@@ -141,12 +141,12 @@ async def test_dossier_items_in_the_design_order(
     ]
     assert items[0].body == "Name: Acme. Industry: Robotics. Value proposition: Fewer outages"
     assert items[1].body == "Audits; Support"
-    assert items[-1].body == "The organization has 3 active document(s)."
+    assert items[-1].body == "The organization's settings list 3 active document(s)."
     assert all(i.ref is None and i.subject_key is None for i in items)
 
     capped = await source.retrieve(subject_request(org), spec("dossier", limit=1))
     assert [i.title for i in capped][-2:] == ["Document: Doc 2", "Documents"]
-    assert capped[-1].body == "The organization has 3 active document(s)."
+    assert capped[-1].body == "The organization's settings list 3 active document(s)."
     assert "User" not in [i.title for i in capped]  # include_user defaults to false
     no_user = await source.retrieve(subject_request(org), spec("dossier", include_user=True))
     assert "User" not in [i.title for i in no_user]  # a subject with no user: no section
@@ -212,9 +212,18 @@ async def test_a_cached_dossier_is_each_users_own_and_sees_documents_and_members
         return [i.body for i in items if i.title in ("User", "Documents")]
 
     try:
-        assert await bodies(dana) == ["Name: Dana", "The organization has 1 active document(s)."]
-        assert await bodies(eli) == ["Name: Eli", "The organization has 1 active document(s)."]
-        assert await bodies(dana) == ["Name: Dana", "The organization has 1 active document(s)."]
+        assert await bodies(dana) == [
+            "Name: Dana",
+            "The organization's settings list 1 active document(s).",
+        ]
+        assert await bodies(eli) == [
+            "Name: Eli",
+            "The organization's settings list 1 active document(s).",
+        ]
+        assert await bodies(dana) == [
+            "Name: Dana",
+            "The organization's settings list 1 active document(s).",
+        ]
         assert (cache.hits, cache.misses) == (1, 2)
         await seed.insert(
             admin,
@@ -225,7 +234,10 @@ async def test_a_cached_dossier_is_each_users_own_and_sees_documents_and_members
             status="active",
         )
         await dropped(cache, org)
-        assert await bodies(dana) == ["Name: Dana", "The organization has 2 active document(s)."]
+        assert await bodies(dana) == [
+            "Name: Dana",
+            "The organization's settings list 2 active document(s).",
+        ]
         await admin.execute(
             "UPDATE organization_members SET title = 'CEO' WHERE user_id = $1", dana
         )
