@@ -61,7 +61,9 @@ def _internal_error(correlation_id: str) -> Callable[[str], BuildReplyV1]:
     return fallback
 
 
-def _refuse(topic: str, correlation_id: str, message: str, details: list[str]) -> Reply:
+def _refuse(
+    topic: str, correlation_id: str, message: str, details: list[str], _data: object
+) -> Reply:
     info = ErrorInfo(code="invalid_request", message=message, details=details)
     return _error_reply((topic, correlation_id), info)
 

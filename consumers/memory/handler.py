@@ -54,13 +54,14 @@ class MemoryHandler:
         self.position = position
 
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
+        named: list[tuple[UUID, str]] = []  # the organization an invalid call names, if any
         with watch.stage("decode"):
-            call = self.decode(record.value)
+            call = self.decode(record.value, named.extend)
         if isinstance(call, RememberV1 | ForgetV1):
             bind_correlation_id(call.correlation_id)  # this record's log lines name it
         else:
-            if isinstance(call, Reply) and (named := named_organization(record.value)):
-                await self._count_refusal(*named)  # answered invalid_input
+            for organization, operation in named:
+                await self._count_refusal(organization, operation)  # answered invalid_input
             return call
         try:
             with watch.stage("apply"):
@@ -117,28 +118,30 @@ class MemoryHandler:
         )
         return _reply(topic, answer)
 
-    def decode(self, value: bytes | None) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
+    def decode(
+        self,
+        value: bytes | None,
+        named: Callable[[list[tuple[UUID, str]]], object] = lambda _: None,
+    ) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
+        """The call, or what to answer instead; ``named`` hears the organization an invalid
+        call names (none, or one), read from the JSON decoded once."""
+
+        def invalid(
+            topic: str, correlation_id: str, message: str, lines: list[str], data: object
+        ) -> Reply:
+            self.metrics.count_write("unknown", "refused", "invalid_input")
+            named([] if (found := named_organization(data)) is None else [found])
+            return _reply(topic, _refused(correlation_id, message, lines))
+
         return decode_request(
-            value,
-            parse_memory_write,
-            "memory write",
-            self._invalid,
-            reply_topics=self.reply_topics,
+            value, parse_memory_write, "memory write", invalid, reply_topics=self.reply_topics
         )
 
-    def _invalid(self, topic: str, correlation_id: str, message: str, lines: list[str]) -> Reply:
-        self.metrics.count_write("unknown", "refused", "invalid_input")
-        return _reply(topic, _refused(correlation_id, message, lines))
 
-
-def named_organization(value: bytes | None) -> tuple[UUID, str] | None:
-    """The organization and operation a record that failed validation names, when its JSON
-    reads and its ``principal.organization_id`` is a UUID; the operation is ``unknown`` unless
-    the action is one."""
-    try:
-        data = wire.decode(value)
-    except wire.WireError:
-        return None
+def named_organization(data: object) -> tuple[UUID, str] | None:
+    """The organization and operation a decoded record that failed validation names, when its
+    ``principal.organization_id`` is a UUID; the operation is ``unknown`` unless the action is
+    one."""
     if not isinstance(data, dict) or not isinstance(data.get("principal"), dict):
         return None
     raw = data["principal"].get("organization_id")

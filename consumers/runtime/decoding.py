@@ -25,8 +25,10 @@ from schemas.errors import validation_lines
 
 T = TypeVar("T")
 
-Refuse = Callable[[str, str, str, list[str]], Reply]
-"""``(reply_to, correlation_id, message, details)`` -> the topic's own refusal reply."""
+Refuse = Callable[[str, str, str, list[str], object], Reply]
+"""``(reply_to, correlation_id, message, details, data)`` -> the topic's own refusal reply;
+``data`` is the record's decoded JSON (``None`` when it was not JSON), so a handler that wants
+more of a refused record than its address reads it without decoding it again."""
 
 REPLY_TO_REFUSED = "reply_to_refused"
 DEAD_LETTER_CAUSES = ("invalid", *wire.CAUSES, REPLY_TO_REFUSED)
@@ -58,7 +60,7 @@ def decode_request(
         refused = reply_topics.refusal(address[0])
         if refused is not None:
             return _refused(what, f"{refused}; and it is not JSON this service accepts: {error}")
-        return refuse(*address, f"the {what} is not JSON this service accepts", [str(error)])
+        return refuse(*address, f"the {what} is not JSON this service accepts", [str(error)], None)
     refused = _refused_reply_to(data, reply_topics)
     if refused is not None:
         return _refused(what, refused)
@@ -73,7 +75,7 @@ def decode_request(
                 f"invalid {what} without a usable reply_to/correlation_id: "
                 + "; ".join(lines)[:2_000],
             )
-        return refuse(*address, f"the {what} is invalid", lines)
+        return refuse(*address, f"the {what} is invalid", lines, data)
 
 
 def _refused_reply_to(data: Any, reply_topics: ReplyTopics) -> str | None:

@@ -160,7 +160,9 @@ def test_a_client_never_makes_a_reply_topic_the_rule_refuses() -> None:
 # ------------------------------------------------------------------------------ at intake
 
 
-def refuse(topic: str, correlation_id: str, message: str, details: list[str]) -> Reply:
+def refuse(
+    topic: str, correlation_id: str, message: str, details: list[str], data: object
+) -> Reply:
     return Reply(topic, correlation_id, Message(text=message))
 
 

@@ -310,5 +310,7 @@ def answer(prepared: Prepared, correlation_id: str) -> UploadStatusV1:
     return status_of(prepared.source, correlation_id)
 
 
-def _refuse(topic: str, correlation_id: str, message: str, details: list[str]) -> Reply:
+def _refuse(
+    topic: str, correlation_id: str, message: str, details: list[str], _data: object
+) -> Reply:
     return reply(topic, correlation_id, rejected(correlation_id, message, details))
