@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from typing import Unpack
+from typing import Any, Unpack
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -71,14 +71,9 @@ class MemoryClient(ReplyChannel):
             PublishFailed: the broker did not take the call.
         """
         message = RememberV1(
-            action="remember",
-            correlation_id=new_correlation_id(),
-            reply_to=self.reply_topic,
-            idempotency_key=idempotency_key or uuid.uuid4().hex,
-            principal=principal,
-            memory=memory,
+            action="remember", memory=memory, **self._addressed(principal, idempotency_key)
         )
-        return await self._call(principal.organization_id, message, timeout)
+        return await self._call(message, timeout)
 
     async def forget(
         self,
@@ -95,18 +90,22 @@ class MemoryClient(ReplyChannel):
             PublishFailed: the broker did not take the call.
         """
         message = ForgetV1(
-            action="forget",
-            correlation_id=new_correlation_id(),
-            reply_to=self.reply_topic,
-            idempotency_key=idempotency_key or uuid.uuid4().hex,
-            principal=principal,
-            memory_id=memory_id,
+            action="forget", memory_id=memory_id, **self._addressed(principal, idempotency_key)
         )
-        return await self._call(principal.organization_id, message, timeout)
+        return await self._call(message, timeout)
 
-    async def _call(
-        self, organization_id: UUID, message: RememberV1 | ForgetV1, timeout: float
-    ) -> MemoryAnswerV1:
+    def _addressed(self, principal: Invoker, idempotency_key: str | None) -> dict[str, Any]:
+        """What every call carries: a new correlation id, this client's reply topic, the key
+        (a new one unless the caller names it) and who calls."""
+        return {
+            "correlation_id": new_correlation_id(),
+            "reply_to": self.reply_topic,
+            "idempotency_key": idempotency_key or uuid.uuid4().hex,
+            "principal": principal,
+        }
+
+    async def _call(self, message: RememberV1 | ForgetV1, timeout: float) -> MemoryAnswerV1:
+        organization_id = message.principal.organization_id
         key = message.correlation_id
         waiter: asyncio.Future[MemoryAnswerV1] = asyncio.get_running_loop().create_future()
         self._waiting[key] = waiter
