@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import shutil
 import uuid
 from pathlib import Path
@@ -17,6 +18,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from broker.reply_topics import ReplyTopics
+from broker.settings import TopicSettings
 from broker.topics import ensure_topics, memory_topics, upload_topics
 from tests.integration import seed
 from tests.services import Config, StartConsumer
@@ -91,3 +94,58 @@ async def test_a_node_service_round_trips_every_topic_and_every_reply_validates(
     assert source is not None
     assert source["status"] == "ready"
     assert source["chunks"] >= 1
+
+
+CONFORMANCE = """
+import { replyTopicRefusal } from "../typescript/dist/reply-topics.js";
+const { cases, prefix, own } = JSON.parse(await new Promise((resolve) => {
+  let text = "";
+  process.stdin.on("data", (c) => (text += c));
+  process.stdin.on("end", () => resolve(text));
+}));
+const answers = cases.map(([topic, pattern]) =>
+  replyTopicRefusal(topic, { prefix, pattern: pattern ?? undefined, own }) === null);
+process.stdout.write(JSON.stringify(answers));
+"""
+
+
+async def test_the_typescript_client_refuses_the_reply_topics_the_service_refuses() -> None:
+    """clients/typescript/src/reply-topics.ts is broker/reply_topics.py's rule: on the same
+    names and patterns (the Python tests' forbidden names, names under the prefix and random
+    ones), both take and refuse the same."""
+    node = shutil.which("node")
+    assert node is not None
+    assert (NODE_DIR.parent / "typescript" / "dist" / "reply-topics.js").is_file()
+    own = ["t.build-request", "t.upload", "t.memory-write", "t.embed"]
+    names = [
+        "__consumer_offsets", *own, *(f"{t}.dlt" for t in own), "t.reply.someone.dlt",
+        "t.reply", "t.reply.", "t.replyx.a", "elsewhere", "contextcore.reply.a", ".", "..",
+        "t.reply.ok", "t.reply.a-b_c.d", "t.reply." + "x" * 241, "t.reply." + "x" * 242,
+        "t.reply.a b", "t.reply.é", "",
+    ]  # fmt: skip
+    alphabet = "abt._-__.dltreplyAZ09 é"
+    rng = random.Random(35)
+    names += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 14))) for _ in range(300)]
+    names += [f"t.reply.{name}" for name in names[-100:]]
+    patterns = [None, ".*", r"t\..*", r"[a-z0-9._]+", r"t\.reply\..*|__.*|t\.embed.*"]
+    cases = [(name, pattern) for pattern in patterns for name in names]
+    script = NODE_DIR / f".conformance-{uuid.uuid4().hex}.mjs"
+    script.write_text(CONFORMANCE)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            node, str(script), stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        payload = json.dumps({"cases": cases, "prefix": "t.reply", "own": own}).encode()
+        out, err = await asyncio.wait_for(process.communicate(payload), 60)
+    finally:
+        script.unlink()
+    assert process.returncode == 0, err.decode()
+    typescript = json.loads(out)
+    for (name, pattern), takes in zip(cases, typescript, strict=True):
+        topics = TopicSettings.model_construct(
+            build_request=own[0], upload=own[1], memory_write=own[2], embed=own[3],
+            reply_prefix="t.reply", reply_pattern=pattern,
+        )  # fmt: skip
+        python = ReplyTopics.of(topics).refusal(name) is None
+        assert takes == python, (name, pattern, takes, python)

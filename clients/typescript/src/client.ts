@@ -18,6 +18,7 @@ import type { Invoker, MemoryCandidate, RememberV1 } from "./types/memory-rememb
 import type { UploadRequestV1 } from "./types/upload-request.js";
 import type { UploadStatusV1 } from "./types/upload-status.js";
 import { latest } from "./position.js";
+import { replyTopicRefusal } from "./reply-topics.js";
 
 /** The root of every error this client raises (the Python client's names). */
 export class ContextcoreError extends Error {
@@ -30,6 +31,10 @@ export class ReplyTimeout extends ContextcoreError {
 /** The broker did not take the request. */
 export class PublishFailed extends ContextcoreError {
   override name = "PublishFailed";
+}
+/** A setting no service would answer: refused before anything connects. */
+export class ConfigurationError extends ContextcoreError {
+  override name = "ConfigurationError";
 }
 /** The service answered, and refused: its code, message and details. */
 export class RequestRefused extends ContextcoreError {
@@ -73,6 +78,8 @@ export interface ClientOptions {
   topics?: Partial<Topics>;
   /** The service's reply prefix: its replies go under it only. */
   replyPrefix?: string;
+  /** The service's reply pattern, when it sets one (CONTEXTCORE_TOPIC_REPLY_PATTERN). */
+  replyPattern?: string;
   /** The reply consumer's fetch wait: the dev broker holds every fetch this long (docs/clients.md). */
   fetchMaxWaitMs?: number;
   clientId?: string;
@@ -145,6 +152,14 @@ export class ContextcoreClient {
       memoryWrite: "contextcore.memory-write",
       ...options.topics,
     };
+    const refused = replyTopicRefusal(replyTopic, {
+      prefix,
+      pattern: options.replyPattern,
+      own: [topics.buildRequest, topics.upload, topics.memoryWrite, "contextcore.embed"],
+    });
+    if (refused !== null) {
+      throw new ConfigurationError(`no reply could ever reach this client: ${refused}`);
+    }
     const admin = kafka.admin();
     const producer = kafka.producer();
     const consumer = kafka.consumer({ groupId, maxWaitTimeInMs: options.fetchMaxWaitMs ?? 100 });

@@ -1,5 +1,6 @@
 export {
   BuildFailed,
+  ConfigurationError,
   ContextcoreClient,
   ContextcoreError,
   PublishFailed,
@@ -10,6 +11,7 @@ export {
 } from "./client.js";
 export type { ClientOptions, Topics } from "./client.js";
 export { latest, positionValue } from "./position.js";
+export { replyTopicRefusal } from "./reply-topics.js";
 export type { BuildReplyV1, ContextBrief, ErrorInfo } from "./types/build-reply.js";
 export type {
   BuildRequestV1,
