@@ -40,11 +40,11 @@ from consumers.memory.handler import MemoryHandler
 from consumers.memory.metrics import MemoryMetrics
 from consumers.memory.settings import MemorySettings
 from consumers.runtime.app import ConsumerApp, OpenHandler
-from consumers.runtime.delivery import Publisher, RecordHandler
 from consumers.runtime.inmemory import MemoryBroker, MemoryStartJournal, MemoryTransport
 from consumers.runtime.journal import ServedJournal
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.settings import ConsumerSettings
+from consumers.runtime.transport import Publisher, RecordHandler
 from contextcore.builder import DefaultContextBuilder
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.memory.service import MemoryService
