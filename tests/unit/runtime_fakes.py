@@ -16,6 +16,7 @@ from broker.lanes import HEADER_ORGANIZATION
 from broker.reply_topics import ReplyTopics
 from broker.settings import TopicSettings
 from consumers.runtime.delivery import Delivery
+from consumers.runtime.inmemory import MemoryBroker, MemoryPublisher, MemorySource, MemoryTransport
 from consumers.runtime.journal import Prior
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
@@ -25,6 +26,7 @@ from consumers.runtime.records import (
     Reply,
     Stopwatch,
 )
+from consumers.runtime.replies import Replies
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.transport import PublishError
 from schemas.envelope import DeadLetterV1
@@ -222,5 +224,37 @@ class Rig:
         await self.delivery.close()
 
 
-def letter_of(sent: Sent) -> DeadLetterV1:
-    return DeadLetterV1.model_validate_json(sent.value)
+def letter_of(sent: Sent | Inbound) -> DeadLetterV1:
+    return DeadLetterV1.model_validate_json(sent.value or b"")
+
+
+# ------------------------------------------------------------- on the in-memory transport
+
+
+class NoRebalance:
+    def assigned(self, partitions: list[tuple[str, int]]) -> None:
+        pass
+
+    async def revoked(self, partitions: list[tuple[str, int]]) -> None:
+        pass
+
+
+async def member(broker: MemoryBroker, *, topic: str = "t", partitions: int = 2) -> MemorySource:
+    """The one member of group ``g`` on ``broker``, holding ``topic``'s partitions."""
+    broker.create_topic(topic, partitions)
+    source = MemoryTransport(broker).source(
+        topic=topic, group_id="g", client_id="test", fetch_max_wait_ms=0, rebalance=NoRebalance()
+    )
+    await source.start()
+    return source
+
+
+def replies_on(broker: MemoryBroker, reply_topics: ReplyTopics = REPLY_TOPICS) -> Replies:
+    """A :class:`Replies` publishing to ``broker`` (records of at most 4,096 bytes)."""
+    return Replies(
+        consumer="test",
+        publisher=MemoryPublisher(broker),
+        metrics=RuntimeMetrics.create(),
+        reply_topics=reply_topics,
+        max_record_bytes=4_096,
+    )

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+from consumers.runtime.health import Health
+from consumers.runtime.inmemory import MemoryBroker
+from consumers.runtime.monitor import Monitor
+from consumers.runtime.tracker import InFlight
 from tests.unit.runtime_fakes import (
     Rig,
     Scripted,
+    member,
     record,
     reply,
 )
@@ -53,3 +58,32 @@ async def test_lag_runs_from_where_a_restart_would_resume_to_the_high_watermark(
     await rig.delivery.revoke([("t", 0)])
     assert ("t", 0) not in rig.delivery.monitor.current_lags()  # not ours any more
     await rig.close()
+
+
+async def test_lag_and_health_read_the_members_watermark_on_the_in_memory_broker() -> None:
+    broker, now = MemoryBroker(), [0.0]
+    source = await member(broker)
+    for _ in range(5):
+        await broker.publish("t", b"{}", partition=0)
+    in_flight = InFlight()
+    in_flight.assign([("t", 0), ("t", 1)])
+    monitor = Monitor(consumer="test", in_flight=in_flight, stuck_after_s=10, clock=lambda: now[0])
+    assert monitor.health() == Health(True, "starting")  # no member yet
+    task = monitor.start(source.committer)
+    tracker = in_flight.tracker(("t", 0))
+    assert tracker is not None
+    monitor.received(source.take(3))  # offsets 0, 1, 2 fetched
+    for offset in range(3):
+        tracker.start(offset, now=0.0)
+    tracker.finish(0)
+    monitor.refresh()
+    assert monitor.lags() == {("t", 0): 4}  # a restart resumes at 1; the watermark is 5
+    assert monitor.health() == Health(True, "ok")
+    now[0] = 11.0
+    monitor.refresh()
+    assert monitor.health() == Health(False, "t[0] has not moved for 11 s")
+    monitor.forget([("t", 0)])
+    in_flight.revoke([("t", 0)])
+    monitor.refresh()
+    assert monitor.lags() == {}
+    task.cancel()

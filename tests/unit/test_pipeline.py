@@ -3,22 +3,35 @@ intake bound, a database that does not answer, a timeout."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from consumers.runtime.commits import Commits
+from consumers.runtime.inmemory import MemoryBroker, MemoryPublisher, MemoryStartJournal
+from consumers.runtime.journal import Start
+from consumers.runtime.metrics import RuntimeMetrics, Stages
+from consumers.runtime.pipeline import Pipeline
 from consumers.runtime.records import (
     HEADER_ATTEMPT,
     HEADER_NOT_BEFORE,
     Done,
     Inbound,
     Outcome,
+    Stopwatch,
 )
+from consumers.runtime.tracker import InFlight
 from schemas.errors import InfrastructureUnavailable
 from tests.unit.runtime_fakes import (
+    REPLY_TOPICS,
     Rig,
     Scripted,
     letter_of,
+    member,
     record,
     reply,
+    settings,
 )
 
 
@@ -88,3 +101,67 @@ async def test_a_database_that_does_not_answer_is_waited_for_in_place() -> None:
     assert not rig.publisher.to("t.dlt")
     assert rig.delivery.metrics.waits.labels("test", "database")._value.get() == 3
     await rig.close()
+
+
+# ------------------------------------------ the Pipeline alone, on the in-memory broker
+
+
+def pipeline_on(
+    broker: MemoryBroker, handler: Scripted, journal: MemoryStartJournal, **changes: Any
+) -> Pipeline:
+    metrics = RuntimeMetrics.create()
+    in_flight = InFlight()
+    in_flight.assign([("t", 0)])
+    commits = Commits(
+        consumer="test",
+        in_flight=in_flight,
+        journal=journal,
+        metrics=metrics,
+        stages=Stages(metrics, "test"),
+        interval_s=0.0,
+        clock=lambda: 0.0,
+    )
+    return Pipeline(
+        consumer="test",
+        handler=handler,
+        publisher=MemoryPublisher(broker),
+        reply_topics=REPLY_TOPICS,
+        commits=commits,
+        journal=journal,
+        settings=settings(**changes),
+        metrics=metrics,
+        stages=Stages(metrics, "test"),
+        max_record_bytes=4_096,
+        wall_ms=lambda: 0,
+        sleep=asyncio.sleep,
+    )
+
+
+async def test_a_suspect_runs_alone_and_is_committed_before_the_pipeline_returns() -> None:
+    broker, journal = MemoryBroker(), MemoryStartJournal()
+    pipeline = pipeline_on(broker, Scripted(reply), journal)
+    pipeline.commits.committer = (await member(broker)).committer
+    await journal.started(Start.of(record(0)))  # a start without an outcome: its process died
+    tracker = pipeline.commits.in_flight.tracker(("t", 0))
+    assert tracker is not None
+    assert tracker.start(0, now=0.0)
+    await pipeline.deliver(record(0), tracker)
+    assert [r.value for r in broker.records("replies")] == [b'{"text":"answer 0"}']
+    assert broker.committed("g") == {("t", 0): 1}  # at once, not by the background task
+    assert journal.starts == {}  # committed: forgotten
+
+
+async def test_a_handler_past_its_timeout_is_retried_through_its_topic() -> None:
+    async def slow(record: Inbound, watch: Stopwatch) -> Outcome:
+        await asyncio.sleep(1)
+        return reply(record)
+
+    handler = Scripted(reply)
+    handler.handle = slow  # type: ignore[method-assign]
+    broker = MemoryBroker()
+    pipeline = pipeline_on(broker, handler, MemoryStartJournal(), handle_timeout_s=0.01)
+    await pipeline.settle(record(0))
+    [copy] = broker.records("t")
+    assert dict(copy.headers)[HEADER_ATTEMPT] == b"2"
+    assert b"not handled within 0.01 s" in dict(copy.headers)["contextcore-last-error"]
+    assert broker.records("replies") == []

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import json
 
+from consumers.runtime.inmemory import MemoryBroker
 from consumers.runtime.records import (
     HEADER_ATTEMPT,
+    DeadLetter,
     Inbound,
     Outcome,
     Reply,
+    Retry,
+    Stopwatch,
 )
 from consumers.runtime.transport import PublishError
 from schemas.envelope import DeadLetterV1
@@ -18,6 +22,7 @@ from tests.unit.runtime_fakes import (
     Rig,
     Scripted,
     record,
+    replies_on,
     reply,
 )
 
@@ -70,3 +75,43 @@ async def test_publish_failures_retry_fall_back_or_dead_letter_as_they_must() ->
     [letter] = rig.publisher.to("t.dlt")
     assert DeadLetterV1.model_validate_json(letter.value).cause == "reply_refused"
     await rig.close()
+
+
+# ------------------------------------------------- Replies alone, on the in-memory broker
+
+
+async def test_a_reply_lands_on_its_topic_with_its_correlation_id() -> None:
+    broker = MemoryBroker()
+    sent = await replies_on(broker).publish(
+        Reply("replies", "c-1", Message(text="hi")), Stopwatch()
+    )
+    assert sent == Reply("replies", "c-1", Message(text="hi"))
+    [landed] = broker.records("replies")
+    assert landed.value == b'{"text":"hi"}'
+    assert dict(landed.headers)["correlation_id"] == b"c-1"
+
+
+async def test_a_reply_to_a_topic_the_rule_refuses_is_never_published() -> None:
+    broker = MemoryBroker()
+    outcome = await replies_on(broker).publish(Reply("t.dlt", "c", Message(text="x")), Stopwatch())
+    assert isinstance(outcome, DeadLetter)
+    assert outcome.cause == "reply_to_refused"
+    assert broker.records("t.dlt") == []
+    assert not await replies_on(broker).farewell(Reply("t.dlt", "c", Message(text="bye")))
+    assert broker.records("t.dlt") == []
+
+
+async def test_a_broker_that_refuses_for_now_is_a_retry_and_for_good_the_fallback() -> None:
+    broker = MemoryBroker()
+    replies = replies_on(broker)
+    answer = Reply("replies", "c", Message(text="big"), fallback=lambda r: Message(text=r))
+    broker.refuse("replies", retriable=True, times=1)
+    retry = await replies.publish(answer, Stopwatch())
+    assert isinstance(retry, Retry)
+    assert retry.cause == "reply_publish"
+    broker.refuse("replies", retriable=False, times=1)
+    fallback = await replies.publish(answer, Stopwatch())
+    assert isinstance(fallback, Reply)
+    [landed] = broker.records("replies")
+    assert json.loads(landed.value or b"")["text"].startswith("the reply to 'replies' cannot be")
+    assert fallback.message == Message.model_validate_json(landed.value or b"")

@@ -4,15 +4,22 @@ bounded letter, the minimal one, a farewell to the caller of a record given up o
 from __future__ import annotations
 
 import asyncio
+import json
+from typing import Any
 
+from consumers.runtime.inmemory import MemoryBroker, MemoryPublisher
+from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
     HEADER_ATTEMPT,
     HEADER_FIRST_POSITION,
+    HEADER_LAST_ERROR,
     HEADER_NOT_BEFORE,
     DeadLetter,
     Inbound,
     Outcome,
+    Retry,
 )
+from consumers.runtime.retries import Retries
 from consumers.runtime.transport import PublishError
 from schemas.envelope import DeadLetterV1
 from tests.unit.runtime_fakes import (
@@ -20,6 +27,9 @@ from tests.unit.runtime_fakes import (
     Scripted,
     letter_of,
     record,
+    replies_on,
+    reply,
+    settings,
 )
 
 
@@ -103,3 +113,60 @@ async def test_a_record_given_up_on_is_answered_besides_its_deadletter_of() -> N
     assert handler.farewells[0][1] == "gave_up: an internal error (after 1 attempts)"
     assert "a bug" in letter_of(rig.publisher.to("t.dlt")[0]).reason  # the operator's, only
     await rig.close()
+
+
+# ------------------------------------------------- Retries alone, on the in-memory broker
+
+
+def retries_on(broker: MemoryBroker, handler: Scripted, **changes: Any) -> Retries:
+    return Retries(
+        consumer="test",
+        publisher=MemoryPublisher(broker),
+        handler=handler,
+        replies=replies_on(broker),
+        settings=settings(**changes),
+        metrics=RuntimeMetrics.create(),
+        max_record_bytes=4_096,
+        wall_ms=lambda: 1_000,
+        sleep=asyncio.sleep,
+    )
+
+
+async def test_a_retry_copy_carries_its_attempt_first_position_and_not_before() -> None:
+    broker = MemoryBroker()
+    retries = retries_on(broker, Scripted(reply), retry_backoff_s=0.5, retry_backoff_max_s=5)
+    kept = await retries.retry(record(4, b"payload"), Retry("timeout", "too slow"))
+    assert kept == Retry("timeout", "too slow")
+    [copy] = broker.records("t")
+    headers = dict(copy.headers)
+    assert (copy.value, copy.key) == (b"payload", b"k")
+    assert headers[HEADER_ATTEMPT] == b"2"
+    assert headers[HEADER_FIRST_POSITION] == b"t/0/4"
+    assert headers[HEADER_NOT_BEFORE] == b"1500"  # the wall clock and the first back-off
+    assert headers[HEADER_LAST_ERROR] == b"too slow"
+
+
+async def test_a_record_out_of_attempts_becomes_a_dead_letter_and_no_copy() -> None:
+    broker = MemoryBroker()
+    retries = retries_on(broker, Scripted(reply), max_attempts=2)
+    spent = record(9, headers={HEADER_ATTEMPT: b"2"})
+    letter = await retries.retry(spent, Retry("handler_error", "KeyError: 'x'"))
+    assert letter == DeadLetter(
+        "gave_up",
+        "handler_error: KeyError: 'x' (after 2 attempts)",
+        told="an internal error (after 2 attempts)",
+    )
+    assert broker.records("t") == []
+
+
+async def test_a_letter_refused_for_good_goes_minimal_and_the_caller_is_told() -> None:
+    broker = MemoryBroker()
+    handler = Scripted(reply)
+    retries = retries_on(broker, handler)
+    broker.refuse("t.dlt", retriable=False, times=1)
+    await retries.give_up(record(3, b"x" * 600), DeadLetter("gave_up", "boom", told="told"))
+    [letter] = map(letter_of, broker.records("t.dlt"))
+    assert (letter.cause, letter.payload, letter.payload_bytes) == ("gave_up", "", 600)
+    assert handler.farewells == [(3, "gave_up: told")]
+    [farewell] = broker.records("replies")
+    assert json.loads(farewell.value or b"") == {"text": "gave_up: told"}

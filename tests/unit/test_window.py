@@ -6,18 +6,24 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from consumers.runtime.inmemory import MemoryBroker
 from consumers.runtime.lanes import Lanes
+from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import (
     Inbound,
     Reply,
 )
+from consumers.runtime.tracker import InFlight, PartitionTracker
+from consumers.runtime.window import Window
 from tests.unit.runtime_fakes import (
     Rig,
     Screening,
     Scripted,
+    member,
     of,
     record,
     reply,
+    settings,
 )
 
 
@@ -250,3 +256,52 @@ async def test_closing_forgets_the_waiting_records_and_a_waiting_fetch_returns()
     await asyncio.wait_for(second, 1)
     assert handler.seen == [0]
     assert rig.committer.last() is None  # 0 was cancelled by the drain deadline, 1 never ran
+
+
+# ------------------------------------------ the Window alone, its member on the in-memory broker
+
+
+class Held:
+    """A runner whose records wait until released; what it ran and answered."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.ran: list[int] = []
+        self.answered: list[int] = []
+
+    async def deliver(self, record: Inbound, tracker: PartitionTracker) -> None:
+        self.ran.append(record.offset)
+        await self.release.wait()
+        tracker.finish(record.offset)
+
+    async def answer(self, record: Inbound, tracker: PartitionTracker, reply: Reply) -> None:
+        self.answered.append(record.offset)
+        tracker.finish(record.offset)
+
+
+async def test_the_window_runs_what_its_slots_take_and_only_the_members_partitions() -> None:
+    source = await member(MemoryBroker(), partitions=1)  # t[0] is ours, t[1] is no one's here
+    runner, in_flight = Held(), InFlight()
+    window = Window(
+        consumer="test",
+        settings=settings(max_in_flight=2, read_ahead=10),
+        metrics=RuntimeMetrics.create(),
+        in_flight=in_flight,
+        runner=runner,
+        owns=source.committer.owns,
+        max_intake_bytes=4_096,
+        clock=lambda: 0.0,
+    )
+    for offset in range(3):
+        await window.submit(record(offset))  # assigned, though no listener said so yet
+    await window.submit(record(0, partition=1))  # not this member's: left to its owner
+    await asyncio.sleep(0)
+    assert runner.ran == [0, 1]  # two slots; 2 waits its turn
+    assert (window.free, len(window.waiting), in_flight.tracker(("t", 1))) == (0, 1, None)
+    runner.release.set()
+    await window.drain([("t", 0)])
+    assert runner.ran == [0, 1, 2]
+    assert window.free == 2
+    tracker = in_flight.tracker(("t", 0))
+    assert tracker is not None
+    assert tracker.position == 3
