@@ -39,7 +39,7 @@
                 └── UploadSuperseded    a later upload of the same document replaced it
 
 Where they live: ``SourceFailure`` contextcore/builder.py, ``WireError`` schemas/wire.py,
-``PublishError`` consumers/runtime/delivery.py, ``ExtractionError`` contextcore/knowledge/
+``PublishError`` consumers/runtime/transport.py, ``ExtractionError`` contextcore/knowledge/
 extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/addresses.py,
 ``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/search.py, ``UnknownModel``
 contextcore/knowledge/embed.py, ``BatchRefused`` contextcore/knowledge/embed.py,

@@ -32,8 +32,8 @@ from consumers.build.sources import SourceCaches, process_registry
 from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
-from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
+from consumers.runtime.transport import Publisher
 from contextcore.builder import ContextBuilder, DefaultContextBuilder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.settings import Encoders, KnowledgeSettings

@@ -15,8 +15,8 @@ from uuid import UUID
 
 from broker.reply_topics import ReplyTopics
 from broker.tracing import trace_headers
-from consumers.runtime.delivery import Publisher, PublishError
 from consumers.runtime.records import Reply
+from consumers.runtime.transport import Publisher, PublishError
 from contextcore.knowledge.state import SourceState, Superseded
 from schemas.envelope import printable
 from schemas.upload import UploadStatusV1

@@ -22,8 +22,8 @@ from consumers.memory.settings import MemorySettings
 from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
-from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
+from consumers.runtime.transport import Publisher
 from contextcore.memory.service import MemoryService
 from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.settings import DatabaseSettings

@@ -8,8 +8,14 @@ drains what is in flight. ``docs/delivery.md`` explains every choice.
     records.py   the record as handlers see it, the outcomes, the retry headers   (pure)
     tracker.py   per-partition in-flight offsets and the commit position          (pure)
     letters.py   bounded dead-letter records                                       (pure)
-    delivery.py  the pipeline: handle, serialise, publish, retry, dead-letter, commit
-    transport.py the ports to a broker: transport, record source, rebalance
+    transport.py the ports: transport, record source, rebalance, publisher, committer, handler
+    delivery.py  one consumer's delivery, composed of:
+      window.py    slots, per-organization lanes, the read ahead, the screen, drains
+      pipeline.py  one record: back-off, the start journal and the solo gate, the handler
+      replies.py   a reply published, or its fallback
+      retries.py   retry copies, dead letters, farewells
+      commits.py   commit positions, committed in the background
+      monitor.py   liveness, ages and lags from snapshots
     kafka.py     their aiokafka adapters: transport, source, publisher, committer
     inmemory.py  their in-memory adapters: a broker of this process (the behaviour suites)
     health.py    /metrics, /healthz (a stuck partition is not live), /readyz

@@ -41,14 +41,14 @@ from broker.topics import TopicSpec
 from consumers.runtime import tracing
 from consumers.runtime.asyncapi import Channel, Declaration
 from consumers.runtime.decoding import DEAD_LETTER_CAUSES
-from consumers.runtime.delivery import Delivery, Health, Publisher, RecordHandler
-from consumers.runtime.health import HealthServer
+from consumers.runtime.delivery import Delivery
+from consumers.runtime.health import Health, HealthServer
 from consumers.runtime.journal import PostgresJournal, ServedJournal
 from consumers.runtime.kafka import KafkaTransport
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.tracker import TopicPartition
-from consumers.runtime.transport import RecordSource, Transport
+from consumers.runtime.transport import Publisher, RecordHandler, RecordSource, Transport
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from schemas.errors import ConfigurationError

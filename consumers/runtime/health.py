@@ -12,12 +12,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from consumers.runtime.delivery import Health
 from schemas.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class Health:
+    """What ``/healthz`` answers: 200 when ``live``, 503 otherwise, with ``reason``."""
+
+    live: bool
+    reason: str
 
 
 class HealthServer:

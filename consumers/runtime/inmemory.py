@@ -22,11 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.topics import TopicSpec
-from consumers.runtime.delivery import PublishError
 from consumers.runtime.journal import Prior, Start
 from consumers.runtime.records import Inbound, Position
 from consumers.runtime.tracker import TopicPartition
-from consumers.runtime.transport import Rebalance
+from consumers.runtime.transport import PublishError, Rebalance
 
 
 @dataclass

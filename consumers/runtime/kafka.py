@@ -13,10 +13,9 @@ from aiokafka.structs import ConsumerRecord
 
 from broker.settings import KafkaSettings
 from broker.topics import TopicSpec, ensure_topics, reach
-from consumers.runtime.delivery import PublishError
 from consumers.runtime.records import Inbound
 from consumers.runtime.tracker import TopicPartition as Partition
-from consumers.runtime.transport import Rebalance
+from consumers.runtime.transport import PublishError, Rebalance
 from schemas.errors import InfrastructureUnavailable
 
 log = logging.getLogger("contextcore.consumer")

@@ -8,7 +8,7 @@ clients and the upload consumer set; a record without it, or with a value longer
 text, rides the shared lane ``""``. The header decides an order, nothing else: the handler
 reads the organization from the value, so a forged header can move a record in the queue,
 never into another tenant's rows. Inside a lane the order is the order received. The count
-and the bytes held are the caller's to bound (:class:`~consumers.runtime.delivery.Delivery`).
+and the bytes held are the caller's to bound (:class:`~consumers.runtime.window.Window`).
 """
 
 from __future__ import annotations

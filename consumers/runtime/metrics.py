@@ -138,6 +138,22 @@ class RuntimeMetrics:
         )
 
 
+class Stages:
+    """One consumer's ``contextcore_consumer_stage_seconds`` children, each bound on its first
+    use: ``labels()`` checks and converts its values on every call, a cost per record."""
+
+    def __init__(self, metrics: RuntimeMetrics, consumer: str) -> None:
+        self._histogram = metrics.stage_seconds
+        self._consumer = consumer
+        self._children: dict[str, Histogram] = {}
+
+    def __call__(self, stage: str) -> Histogram:
+        child = self._children.get(stage)
+        if child is None:
+            child = self._children[stage] = self._histogram.labels(self._consumer, stage)
+        return child
+
+
 def schema_info(registry: CollectorRegistry) -> Info:
     """``contextcore_schema_info{migration,version} 1``: the database schema this process runs
     against, its newest migration (a process starts only when the database has applied exactly

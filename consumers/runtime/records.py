@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from schemas.envelope import printable
+
 HEADER_ATTEMPT = "contextcore-attempt"
 HEADER_NOT_BEFORE = "contextcore-not-before-ms"
 HEADER_FIRST_POSITION = "contextcore-first-position"
@@ -180,3 +182,11 @@ class Stopwatch:
 def backoff_s(attempt: int, *, base_s: float, max_s: float) -> float:
     """The wait before attempt ``attempt + 1``: ``base_s`` doubling per attempt, capped."""
     return float(min(base_s * 2 ** min(max(attempt - 1, 0), 60), max_s))
+
+
+def describe(error: BaseException) -> str:
+    """An exception as a retry's or a letter's reason: its type and its first line, printable
+    and bounded (the rest of a message may be a whole query)."""
+    text = printable(str(error)).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {first[:500]}" if first else type(error).__name__

@@ -31,6 +31,10 @@ from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import process_registry
+from consumers.knowledge.embed.app import create_app as embed_app
+from consumers.knowledge.embed.handler import EmbedHandler
+from consumers.knowledge.embed.metrics import EmbedMetrics
+from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.knowledge.upload.app import create_app as upload_app
 from consumers.knowledge.upload.handler import UploadHandler
 from consumers.knowledge.upload.metrics import UploadMetrics
@@ -40,12 +44,13 @@ from consumers.memory.handler import MemoryHandler
 from consumers.memory.metrics import MemoryMetrics
 from consumers.memory.settings import MemorySettings
 from consumers.runtime.app import ConsumerApp, OpenHandler
-from consumers.runtime.delivery import Publisher, RecordHandler
 from consumers.runtime.inmemory import MemoryBroker, MemoryStartJournal, MemoryTransport
 from consumers.runtime.journal import ServedJournal
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.settings import ConsumerSettings
+from consumers.runtime.transport import Publisher, RecordHandler
 from contextcore.builder import DefaultContextBuilder
+from contextcore.knowledge.embed import Embedder
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.memory.service import MemoryService
 from contextcore.packer import ContextPacker
@@ -53,14 +58,14 @@ from contextcore.settings import DatabaseSettings
 from tests.behaviour.journal import DictMemoryJournal
 from tests.integration.helpers import producer, read_json
 from tests.services import Config, ConsumerProcess, StartConsumer
-from tests.unit.knowledge_fakes import LIVE, WINDOW, Objects, Sources, Words
+from tests.unit.knowledge_fakes import LIVE, WINDOW, Chunks, Lengths, Objects, Sources, Words
 
 
 class Rig(Protocol):
     topics: TopicSettings
 
     async def start(self, consumer: str) -> None:
-        """Start ``consumer`` (build, memory, upload) and return once it is ready."""
+        """Start ``consumer`` (build, memory, upload, embed) and return once it is ready."""
 
     async def stop(self, consumer: str, *, kill: bool = False) -> None:
         """Stop ``consumer``: drained and committed, or with ``kill`` as a process that dies
@@ -121,6 +126,7 @@ class MemoryRig:
             "build": (build_app, BuildSettings, self._build_handler),
             "memory": (memory_app, MemorySettings, self._memory_handler),
             "upload": (upload_app, UploadSettings, self._upload_handler),
+            "embed": (embed_app, EmbedSettings, self._embed_handler),
         }
         if consumer not in wiring:
             raise ValueError(f"no in-memory wiring for the {consumer} consumer")
@@ -169,6 +175,14 @@ class MemoryRig:
             UploadMetrics.create(metrics.registry),
             reply_topics=self.reply_topics,
         )
+
+    @asynccontextmanager
+    async def _embed_handler(
+        self, metrics: RuntimeMetrics, _publisher: Publisher
+    ) -> AsyncIterator[RecordHandler]:
+        # the upload's tables in a dict, an encoder of the live model only
+        embedder = Embedder(Chunks(self.knowledge), [Lengths(LIVE)])
+        yield EmbedHandler(embedder, EmbedMetrics.create(metrics.registry))
 
     async def start(self, consumer: str) -> None:
         app = self.app(consumer)

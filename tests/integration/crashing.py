@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from consumers.runtime.app import ConsumerApp
-from consumers.runtime.delivery import Publisher, RecordHandler
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.records import Inbound, Outcome, Reply, Stopwatch
+from consumers.runtime.transport import Publisher, RecordHandler
 
 KILL_MARK = b"kill-the-consumer"
 

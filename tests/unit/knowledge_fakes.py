@@ -1,10 +1,11 @@
-"""The knowledge tables, an object store and a text cutter in memory: fakes of the ports of
-contextcore/knowledge/ingest.py, for Ingestion's unit tests and the upload consumer's in-memory
-behaviour run (tests/behaviour/)."""
+"""The knowledge tables, an object store, a text cutter, a chunk store and an encoder in memory:
+fakes of the ports of contextcore/knowledge/ingest.py and embed.py, for Ingestion's unit tests
+and the upload and embed consumers' in-memory behaviour run (tests/behaviour/)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from contextcore.knowledge.addresses import ObjectAddress, ObjectError, ObjectUn
 from contextcore.knowledge.chunk import Chunk, ChunkSettings, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
 from contextcore.knowledge.ingest import NewSource, Opened, OverQuota
-from contextcore.knowledge.state import Accepted, SourceState, Superseded
+from contextcore.knowledge.state import Accepted, BatchResult, SourceState, Superseded
 from contextcore.quotas import NO_QUOTAS
 
 LIVE, NEXT = "small-model", "large-model"
@@ -183,3 +184,51 @@ class Words:
 
 
 WINDOW = ModelWindow(Path("/nowhere"), ChunkSettings())
+
+
+class Chunks:
+    """The chunk store of the embedding group on :class:`Sources`' tables: a batch of the
+    current generation counts its chunks under its model, and the batch that reaches the count
+    the upload expected makes the source ready (the uploader is told). Another generation's
+    batch is stale, stores nothing."""
+
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
+        self.stored: dict[tuple[UUID, int, str], set[int]] = {}
+
+    async def store_batch(
+        self, organization_id: UUID | None, source_id: UUID, model: str, generation: int,
+        chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]],
+    ) -> BatchResult:  # fmt: skip
+        row = self.sources.rows.get(source_id)
+        if row is None or row.generation != generation or row.status != "pending":
+            return BatchResult(inserted=0, model_ready=False, source=None, stale=True)
+        kept = self.stored.setdefault((source_id, generation, model), set())
+        before = len(kept)
+        kept.update(chunk.ordinal for chunk in chunks)
+        expected = self.sources.expected.get((source_id, generation), {}).get(model)
+        ready = expected is not None and len(kept) >= expected
+        if ready:
+            self.sources.rows[source_id] = replace(row, status="ready", chunk_count=len(kept))
+        source = self.sources.rows[source_id] if ready else None
+        return BatchResult(inserted=len(kept) - before, model_ready=ready, source=source)
+
+    async def fail(
+        self, organization_id: UUID | None, source_id: UUID, generation: int, reason: str
+    ) -> SourceState | None:
+        row = self.sources.rows.get(source_id)
+        if row is not None and row.generation == generation and row.status == "pending":
+            self.sources.rows[source_id] = replace(row, status="failed", status_reason=reason)
+        return self.sources.rows.get(source_id)
+
+
+class Lengths:
+    """An encoder of ``model``: a vector per text, its length and its first letter's code."""
+
+    dimensions = 2
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def encode(self, texts: Sequence[str]) -> list[list[float]]:
+        return [[float(len(t)), float(ord(t[0]))] for t in texts]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from consumers.runtime.delivery import PublishError
 from consumers.runtime.inmemory import MemoryBroker, MemorySource
 from consumers.runtime.tracker import TopicPartition
+from consumers.runtime.transport import PublishError
 
 
 class Told:

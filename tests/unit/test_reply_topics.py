@@ -22,7 +22,7 @@ from consumers.runtime.records import DeadLetter, Inbound, Outcome, Reply, Retry
 from producers.client import ContextClient
 from schemas.envelope import KAFKA_TOPIC_PATTERN, DeadLetterV1, Envelope, printable
 from schemas.errors import ConfigurationError
-from tests.unit.test_delivery import FakePublisher, Message, Rig, Scripted, record
+from tests.unit.runtime_fakes import FakePublisher, Message, Rig, Scripted, record
 
 TOPICS = TopicSettings.model_construct(
     build_request="t.build-request",
@@ -206,9 +206,7 @@ def test_the_new_cause_starts_at_zero_with_the_others() -> None:
 
 
 def rule_rig(outcome: Any) -> Rig:
-    rig = Rig(Scripted(outcome))
-    rig.delivery.reply_topics = RULE
-    return rig
+    return Rig(Scripted(outcome), reply_topics=RULE)
 
 
 async def test_the_delivery_publishes_no_reply_to_a_forbidden_topic() -> None:
@@ -236,8 +234,7 @@ async def test_no_farewell_goes_to_a_forbidden_topic() -> None:
         def farewell(self, record: Inbound, reason: str) -> Reply | None:
             return Reply("t.upload", "c", Message(text=reason))
 
-    rig = Rig(Handler(lambda r: Retry("handler_error", "boom")), max_attempts=1)
-    rig.delivery.reply_topics = RULE
+    rig = Rig(Handler(lambda r: Retry("handler_error", "boom")), max_attempts=1, reply_topics=RULE)
     await rig.delivery.submit(record(0))
     await rig.settle()
     assert [s.topic for s in rig.publisher.sent] == ["t.dlt"]  # the letter, no farewell

@@ -22,8 +22,8 @@ from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
-from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
+from consumers.runtime.transport import Publisher
 from contextcore.knowledge.embed import Embedder
 from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.knowledge.store import PostgresChunkStore

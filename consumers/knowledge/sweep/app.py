@@ -31,10 +31,10 @@ from broker.settings import KafkaSettings, TopicSettings
 from consumers.knowledge import replies
 from consumers.runtime import journal
 from consumers.runtime.database import verify_schema
-from consumers.runtime.delivery import Health, Publisher
-from consumers.runtime.health import HealthServer
+from consumers.runtime.health import Health, HealthServer
 from consumers.runtime.kafka import AiokafkaPublisher
 from consumers.runtime.metrics import schema_info
+from consumers.runtime.transport import Publisher
 from contextcore.knowledge import indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import ledger

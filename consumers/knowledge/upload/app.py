@@ -22,8 +22,8 @@ from consumers.knowledge.upload.settings import UploadSettings
 from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
-from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
+from consumers.runtime.transport import Publisher
 from contextcore.knowledge.extract import Limits
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.knowledge.objects import ObjectReader

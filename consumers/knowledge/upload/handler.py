@@ -38,7 +38,6 @@ from broker.tracing import trace_headers
 from consumers.knowledge.replies import rejected, reply, status_of, superseded, tell
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.runtime.decoding import decode_request
-from consumers.runtime.delivery import Publisher
 from consumers.runtime.logs import bind_correlation_id
 from consumers.runtime.records import (
     DeadLetter,
@@ -49,6 +48,7 @@ from consumers.runtime.records import (
     Retry,
     Stopwatch,
 )
+from consumers.runtime.transport import Publisher
 from contextcore.knowledge.addresses import ObjectError, ObjectUnavailable
 from contextcore.knowledge.ingest import (
     Batch,
