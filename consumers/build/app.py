@@ -40,7 +40,7 @@ from contextcore.knowledge.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
 from contextcore.settings import DatabaseSettings
-from contextcore.sources.cache import CacheInvalidator
+from contextcore.storage.invalidation import CacheInvalidator
 from contextcore.storage.positions import PrimaryWatch, ReplayWatch
 from contextcore.storage.quotas import DatabaseQuotas
 from contextcore.storage.tenancy import TenantDatabase

@@ -20,9 +20,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contextcore.cache import TenantCache
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import LiveModels, ModelMoved, SearchTuning, search
-from contextcore.sources.cache import TenantCache
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 
