@@ -11,6 +11,7 @@ from contextcore.cache import TenantCache
 from contextcore.knowledge.encoding import Encoder
 from contextcore.knowledge.queries import QueryVectors
 from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
+from contextcore.memory.refs import DropReason
 from contextcore.registry import ContextSourceRegistry
 from contextcore.sources import definition_summary, dossier
 from contextcore.sources.application import ApplicationContextSource
@@ -18,7 +19,7 @@ from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource, Fact
 from contextcore.sources.knowledge import KnowledgeContextSource
-from contextcore.sources.memory import DropReason, MemoryContextSource
+from contextcore.sources.memory import MemoryContextSource
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.errors import InfrastructureUnavailable
