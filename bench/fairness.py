@@ -441,8 +441,8 @@ def longest_encode_ms(passages: list[str]) -> float:
     """One encode of ``passages`` (as many as one encode merges) with the embedding group's
     encoder, OpenVINO, warmed up, on this machine: the longest another organization's batch
     can wait behind a flood's encode once its own turn comes. Run with the consumers stopped."""
-    from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
-    from contextcore.knowledge.settings import KnowledgeSettings
+    from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+    from contextcore.knowledge.adapters.settings import KnowledgeSettings
 
     settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
     encoder = SentenceTransformerEncoder(

@@ -35,8 +35,8 @@ from consumers.runtime.database import verified_pool
 from consumers.runtime.delivery import Publisher
 from consumers.runtime.metrics import RuntimeMetrics
 from contextcore.builder import ContextBuilder, DefaultContextBuilder
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.settings import Encoders, KnowledgeSettings
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
 from contextcore.settings import DatabaseSettings

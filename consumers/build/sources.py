@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from contextcore.cache import TenantCache
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
 from contextcore.memory.refs import DropReason
 from contextcore.registry import ContextSourceRegistry
 from contextcore.sources import definition_summary, dossier

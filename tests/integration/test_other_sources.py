@@ -12,8 +12,8 @@ import pytest
 
 from consumers.build.sources import process_registry
 from contextcore.cache import TenantCache
-from contextcore.knowledge.encoder import DEFAULT_MODEL
-from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels, live_models
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels, live_models
 from contextcore.packer import ContextPacker
 from contextcore.registry import PolicyError
 from contextcore.sources import definition_summary, dossier

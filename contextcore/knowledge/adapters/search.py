@@ -35,7 +35,7 @@ from uuid import UUID
 import asyncpg
 
 from contextcore.cache import TenantCache
-from contextcore.knowledge.queries import QueryVectors
+from contextcore.knowledge.adapters.queries import QueryVectors
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase, TenantQuery
 from schemas.errors import ContextcoreError
 
