@@ -388,8 +388,8 @@ async def store_knowledge(admin_url: str, runtime_url: str, knowledge: Knowledge
 
 
 async def remember_facts(url: str, org: Org) -> None:
+    from contextcore.memory.adapters.store import PostgresMemoryJournal
     from contextcore.memory.service import MemoryService
-    from contextcore.memory.store import PostgresMemoryJournal
     from contextcore.storage.pool import create_pool
     from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
     from schemas.memory import Invoker, MemoryCandidate

@@ -114,9 +114,9 @@ from broker.topics import (
     memory_topics,
     upload_topics,
 )
-from contextcore.memory.erasure import erase
+from contextcore.memory.adapters.erasure import erase
+from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService
-from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
