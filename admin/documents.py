@@ -21,8 +21,8 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.knowledge import admin
-from contextcore.knowledge.admin import Deletion, Document
+from contextcore.knowledge.adapters import admin
+from contextcore.knowledge.adapters.admin import Deletion, Document
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import Scope, TenantDatabase

@@ -15,7 +15,7 @@ import asyncpg
 
 from admin.documents import DocumentsClient
 from broker.settings import KafkaSettings, TopicSettings
-from contextcore.knowledge import admin, indexes, store
+from contextcore.knowledge.adapters import admin, indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import PLATFORM, Scope, TenantConnection, TenantDatabase

@@ -11,8 +11,8 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.memory.erasure import Selector, erase, subject_selector
-from contextcore.memory.health import health
+from contextcore.memory.adapters.erasure import Selector, erase, subject_selector
+from contextcore.memory.adapters.health import health
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.tenancy import TenantDatabase

@@ -7,7 +7,7 @@ Each document is read in a fresh process (so each peak RSS is its own) three way
 * ``before``: the readers of issue 8, kept here as the baseline: BeautifulSoup over the
   standard library's parser, walking up to the root for every block, and pypdf's text per page;
 * ``now``: :func:`contextcore.knowledge.extract.extract`, in process;
-* ``sandbox``: the same through :class:`~contextcore.knowledge.sandbox.TextSandbox` (the
+* ``sandbox``: the same through :class:`~contextcore.knowledge.adapters.sandbox.TextSandbox` (the
   consumer's path: a worker process, its limits, the chunking for the default model), wall time.
 
 A baseline is stopped at ``--budget`` seconds of CPU (its figure then reads ``>``). Figures go
@@ -27,10 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.adapters.sandbox import SandboxLimits, TextSandbox
 from contextcore.knowledge.chunk import ChunkSettings, ModelWindow
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.extract import ExtractionError, Limits, extract
-from contextcore.knowledge.sandbox import SandboxLimits, TextSandbox
 from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, shared_stream_pdf
 
 UNBOUNDED = Limits(max_chars=10**9, max_bytes=10**9)

@@ -37,8 +37,8 @@ CONFIGS = {
 def measure(name: str, busy: list[int], sizes: list[int], calls: int) -> None:
     """One configuration in this (fresh) process: every size beside every number of
     neighbours."""
-    from contextcore.knowledge import encoder as module
-    from contextcore.knowledge.settings import KnowledgeSettings
+    from contextcore.knowledge.adapters import encoder as module
+    from contextcore.knowledge.adapters.settings import KnowledgeSettings
 
     module.OPENVINO_CONFIG.update(CONFIGS[name])  # read when the model is compiled, below
     settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")

@@ -374,8 +374,8 @@ async def store_knowledge(admin_url: str, runtime_url: str, knowledge: Knowledge
     """The tenant's chunks, their HNSW index and twenty memories of one agent, in one
     database (ours, or the baseline's)."""
     from bench.search import seed as seed_chunks
-    from contextcore.knowledge import indexes
-    from contextcore.knowledge.encoder import DEFAULT_MODEL
+    from contextcore.knowledge.adapters import indexes
+    from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
 
     admin = await asyncpg.connect(admin_url)
     try:
@@ -388,8 +388,8 @@ async def store_knowledge(admin_url: str, runtime_url: str, knowledge: Knowledge
 
 
 async def remember_facts(url: str, org: Org) -> None:
+    from contextcore.memory.adapters.store import PostgresMemoryJournal
     from contextcore.memory.service import MemoryService
-    from contextcore.memory.store import PostgresMemoryJournal
     from contextcore.storage.pool import create_pool
     from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
     from schemas.memory import Invoker, MemoryCandidate

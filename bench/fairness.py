@@ -114,9 +114,9 @@ from broker.topics import (
     memory_topics,
     upload_topics,
 )
-from contextcore.memory.erasure import erase
+from contextcore.memory.adapters.erasure import erase
+from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService
-from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
@@ -441,8 +441,8 @@ def longest_encode_ms(passages: list[str]) -> float:
     """One encode of ``passages`` (as many as one encode merges) with the embedding group's
     encoder, OpenVINO, warmed up, on this machine: the longest another organization's batch
     can wait behind a flood's encode once its own turn comes. Run with the consumers stopped."""
-    from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
-    from contextcore.knowledge.settings import KnowledgeSettings
+    from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+    from contextcore.knowledge.adapters.settings import KnowledgeSettings
 
     settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
     encoder = SentenceTransformerEncoder(

@@ -53,8 +53,8 @@ from bench.quality import cpu_flags
 from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, upload_topics
-from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
-from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from devstack.stack import DevStack
 
 

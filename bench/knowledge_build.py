@@ -34,12 +34,12 @@ from bench.search import seed, tenant_vectors
 from bench.seeded import drop, prepare
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics, ensure_topics
-from contextcore.knowledge import indexes
-from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters import indexes
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.search import search
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import search
-from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS

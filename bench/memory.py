@@ -35,8 +35,8 @@ from bench.processes import peak_rss_mb, start_consumer, tree_cpu_seconds
 from bench.seeded import drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, memory_topics
+from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService
-from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase

@@ -11,7 +11,8 @@ Each case runs in a fresh process (its peak RSS is its own), two ways in one run
 * ``encode``: the reviewer's embedding batch, 64 chunks of 100,000 ``!`` (the wire now refuses
   it: a chunk holds at most 65,536 characters), and the largest batch the wire still takes
   aimed at the same memory, 15 chunks of 65,536 ``!``, through
-  :class:`~contextcore.knowledge.encoder.SentenceTransformerEncoder` (the embedding consumer's).
+  :class:`~contextcore.knowledge.adapters.encoder.SentenceTransformerEncoder` (the embedding
+  consumer's).
   ``before``: with the cut before tokenizing disabled and every text tokenized at once, as until
   issue 32; ``now``: as shipped. The model's own memory is in both.
 
@@ -34,8 +35,8 @@ CASES = ("chunk", "encode-64x100000", "encode-15x65536")
 def run(case: str, how: str) -> dict[str, Any]:
     started = time.process_time()
     if case == "chunk":
+        from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
         from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer, chunk
-        from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
         from contextcore.knowledge.extract import Section
 
         tokenizer = WordPieceTokenizer(default_model_path(DEFAULT_MODEL))
@@ -48,8 +49,8 @@ def run(case: str, how: str) -> dict[str, Any]:
         else:
             count = len(chunk("X", [Section((), [text])], tokenizer, ChunkSettings()))
     else:
-        from contextcore.knowledge import encoder as module
-        from contextcore.knowledge.settings import KnowledgeSettings
+        from contextcore.knowledge.adapters import encoder as module
+        from contextcore.knowledge.adapters.settings import KnowledgeSettings
 
         chunks, length = (64, 100_000) if case == "encode-64x100000" else (15, 65_536)
         loaded = KnowledgeSettings().load_encoder()

@@ -42,13 +42,17 @@ import asyncpg
 import numpy as np
 
 from bench.corpora import CACHE, Corpus, Part, held_out, tuning
-from contextcore.knowledge import indexes, store
+from contextcore.knowledge.adapters import indexes, store
+from contextcore.knowledge.adapters.encoder import (
+    DEFAULT_MODEL,
+    Backend,
+    SentenceTransformerEncoder,
+)
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.search import SearchTuning, search
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.chunk import ChunkSettings, WordPieceTokenizer, chunk
-from contextcore.knowledge.encoder import DEFAULT_MODEL, Backend, SentenceTransformerEncoder
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import SearchTuning, search
-from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.storage.pool import create_pool
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 

@@ -28,11 +28,11 @@ import numpy as np
 
 from bench.corpora import CACHE, fetch, tuning
 from bench.seeded import drop, prepare
-from contextcore.knowledge import indexes, store
-from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.adapters import indexes, store
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.adapters.search import SEARCH
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.extract import extract
-from contextcore.knowledge.search import SEARCH
-from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.storage.tenancy import TenantDatabase
 
 

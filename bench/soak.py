@@ -94,7 +94,7 @@ SCRAPED = ("build", "memory", "upload", "embed")
 """The consumers whose /metrics the soak reads (the sweep has no delivery runtime)."""
 PEAK_TARGET_MB = {"build": 300.0, "memory": 300.0, "upload": 300.0, "embed": 1_500.0}
 GROWTH_TARGET = 0.10
-WORKER = b"contextcore.knowledge.worker"
+WORKER = b"contextcore.knowledge.adapters.worker"
 
 POLICY = ContextPolicy(
     total_token_budget=1_700,
@@ -437,7 +437,8 @@ class Uploads:
 
 
 def worker_pids(parent: int) -> list[int]:
-    """The extraction workers (``python -m contextcore.knowledge.worker``) ``parent`` runs."""
+    """The extraction workers (``python -m contextcore.knowledge.adapters.worker``) ``parent``
+    runs."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():

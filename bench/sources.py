@@ -27,7 +27,7 @@ from bench.seeded import POLICY, drop, prepare, request_for
 from consumers.build.sources import SourceCaches, process_registry
 from contextcore.builder import DefaultContextBuilder
 from contextcore.packer import ContextPacker
-from contextcore.sources.cache import CacheInvalidator
+from contextcore.storage.invalidation import CacheInvalidator
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 
 DATABASE = "bench_sources"

@@ -27,7 +27,7 @@ from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.app import create_app as memory_app
 from consumers.memory.settings import MemorySettings
 from consumers.runtime.asyncapi import document
-from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "asyncapi"

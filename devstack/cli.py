@@ -12,7 +12,7 @@ from consumers.build.settings import BuildSettings
 from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
-from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 from devstack.demo import run_demo
 from devstack.stack import DevSettings, DevStack

@@ -41,13 +41,13 @@
 Where they live: ``SourceFailure`` contextcore/builder.py, ``WireError`` schemas/wire.py,
 ``PublishError`` consumers/runtime/transport.py, ``ExtractionError`` contextcore/knowledge/
 extract.py, ``ObjectError`` and ``ObjectUnavailable`` contextcore/knowledge/addresses.py,
-``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/search.py, ``UnknownModel``
+``ModelUnavailable`` and ``ModelMoved`` contextcore/knowledge/adapters/search.py, ``UnknownModel``
 contextcore/knowledge/embed.py, ``BatchRefused`` contextcore/knowledge/embed.py,
 ``UploadRefused``, ``NoSuchOrganization`` and ``OverQuota`` contextcore/knowledge/ingest.py,
 ``Unstorable`` consumers/knowledge/upload/handler.py, ``MemoryContention`` and
 ``JournalRefused`` with its three contextcore/memory/service.py, ``Refused`` admin/knowledge.py,
 ``DocumentTooLarge`` producers/knowledge.py, the rest here.
-(``_Died`` in contextcore/knowledge/sandbox.py, private to its module, is one too.) A test
+(``_Died`` in contextcore/knowledge/adapters/sandbox.py, private to its module, is one too.) A test
 (tests/unit/test_errors.py) checks that every exception class the packages define is drawn
 here and derives from the root.
 

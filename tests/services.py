@@ -43,8 +43,8 @@ from consumers.build.settings import BuildSettings
 from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings, environ
 from contextcore.storage import migrations
 from contextcore.storage.pool import create_pool, with_database

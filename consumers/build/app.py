@@ -35,12 +35,12 @@ from consumers.runtime.database import verified_pool
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
 from contextcore.builder import ContextBuilder, DefaultContextBuilder
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.settings import Encoders, KnowledgeSettings
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
 from contextcore.settings import DatabaseSettings
-from contextcore.sources.cache import CacheInvalidator
+from contextcore.storage.invalidation import CacheInvalidator
 from contextcore.storage.positions import PrimaryWatch, ReplayWatch
 from contextcore.storage.quotas import DatabaseQuotas
 from contextcore.storage.tenancy import TenantDatabase

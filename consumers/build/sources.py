@@ -7,18 +7,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from contextcore.cache import TenantCache
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels
+from contextcore.memory.refs import DropReason
 from contextcore.registry import ContextSourceRegistry
 from contextcore.sources import definition_summary, dossier
 from contextcore.sources.application import ApplicationContextSource
-from contextcore.sources.cache import TenantCache
 from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource, Fact
 from contextcore.sources.knowledge import KnowledgeContextSource
-from contextcore.sources.memory import DropReason, MemoryContextSource
+from contextcore.sources.memory import MemoryContextSource
 from contextcore.sources.run_history import RunHistoryContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.errors import InfrastructureUnavailable
@@ -27,7 +28,7 @@ from schemas.errors import InfrastructureUnavailable
 @dataclass(frozen=True)
 class SourceCaches:
     """The process's caches of slowly changing source data, each with the channel that
-    invalidates it (:class:`~contextcore.sources.cache.CacheInvalidator`)."""
+    invalidates it (:class:`~contextcore.storage.invalidation.CacheInvalidator`)."""
 
     dossier: TenantCache[list[Fact]] = field(default_factory=lambda: TenantCache("dossier"))
     definitions: TenantCache[list[definition_summary.Row]] = field(

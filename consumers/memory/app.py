@@ -24,8 +24,8 @@ from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
+from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService
-from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.positions import write_position
 from contextcore.storage.tenancy import TenantDatabase

@@ -3,7 +3,7 @@
 Every format goes through a maintained parser (markdown-it-py, the standard library's HTML
 parser, pypdf); nothing here parses a format by hand. Every reader is linear in its input (an
 untrusted document runs in a worker process under memory and CPU limits all the same:
-:mod:`~contextcore.knowledge.sandbox`). The result is a list of
+:mod:`~contextcore.knowledge.adapters.sandbox`). The result is a list of
 :class:`Section`: a heading path (``("Install", "On Debian")``) and the paragraphs under it,
 which the chunker packs without ever crossing a section.
 

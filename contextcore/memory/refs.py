@@ -1,7 +1,9 @@
 """Rules about the refs a memory names, that the write path and the read path share.
 
 A stored ``subject_refs`` value is read element by element (:func:`parse_stored_refs`); a ref that
-names the memory's own scope owner means the same as no ref (:func:`names_the_scope_owner`).
+names the memory's own scope owner means the same as no ref (:func:`names_the_scope_owner`). The
+tenant guard's drop rules (:func:`stored_subject`, :func:`drop_reason`) are the memory source's
+at read and ``contextcore memory health``'s.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from uuid import UUID
 
 from pydantic import ValidationError
 
+from contextcore.refs import PROJECTIONS, parse_uuid
 from schemas.memory import MemorySubjectRef
 
 
@@ -70,3 +73,36 @@ the memory's own scope owner (a user named in organization scope, another organi
 refused as ``invalid_input``: it would be dropped at every read, and a ref naming the asking
 user in organization scope is not the same as no ref (that would make a user's fact visible to
 the whole organization under the organization's key)."""
+
+
+DropReason = str
+"""``malformed_ref`` (a stored element the parser refuses), ``unknown_kind`` (no resolver owns
+it), ``unresolved_ref`` (not a row of this organization: another tenant's, deleted, missing)."""
+
+
+def stored_subject(
+    raw: object, scope: str, organization_id: UUID, user_id: UUID | None
+) -> tuple[MemorySubjectRef | None, bool]:
+    """The subject a stored ``subject_refs`` value names (``None``: the memory is about its
+    scope's owner), and whether the value is malformed (the memory is then dropped). A ref naming
+    the memory's own scope owner means no ref (CLARIFICATIONS 16); ``user_id`` is the memory's
+    user (user scope)."""
+    refs, refused = parse_stored_refs(raw)
+    if refused or len(refs) > 1:  # V1 resolves one subject per memory
+        return None, True
+    ref = refs[0] if refs else None
+    if ref is not None and names_the_scope_owner(ref, scope, organization_id, user_id):
+        return None, False  # stored before the write path dropped it
+    return ref, False
+
+
+def drop_reason(ref: MemorySubjectRef | None, resolved: set[tuple[str, UUID]]) -> DropReason | None:
+    """Why the tenant guard drops a memory about ``ref`` (``None``: it is kept)."""
+    if ref is None:
+        return None
+    if ref.kind not in PROJECTIONS:
+        return "unknown_kind"
+    row_id = parse_uuid(ref.id)
+    if row_id is None or (ref.kind, row_id) not in resolved:
+        return "unresolved_ref"
+    return None

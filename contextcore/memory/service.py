@@ -16,8 +16,8 @@ A call is decided in two places:
    new head and decides again. Never two children, never half a supersede.
 
 The service reaches the database through one port, :class:`MemoryJournal` (its adapter is
-:class:`~contextcore.memory.store.PostgresMemoryJournal`), so its rules and its batching have unit
-tests on an in-memory journal (tests/unit/test_memory_service.py).
+:class:`~contextcore.memory.adapters.store.PostgresMemoryJournal`), so its rules and its batching
+have unit tests on an in-memory journal (tests/unit/test_memory_service.py).
 
 Calls are applied in batches (group commit): a call waits while ``concurrency`` batches are in
 the database, and the calls that gathered meanwhile go together, up to ``max_batch``, in one

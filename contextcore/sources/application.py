@@ -27,9 +27,10 @@ from uuid import UUID
 from asyncpg import Record
 from pydantic import BaseModel
 
-from contextcore.refs import parse_uuid
+from contextcore.refs import PROJECTIONS, parse_uuid
 from contextcore.sources.common import NoOptions
-from contextcore.storage.tenancy import ScopedRead, TenantDatabase
+from contextcore.storage.application import KINDS, READ
+from contextcore.storage.tenancy import TenantDatabase
 from schemas.context import (
     ContextItem,
     ContextRequest,
@@ -37,93 +38,6 @@ from schemas.context import (
     ResourceRef,
     make_subject_key,
 )
-
-PROJECTIONS: dict[str, tuple[str, ...]] = {
-    "crm.company": (
-        "name",
-        "domain",
-        "website",
-        "industry",
-        "lifecycle_stage",
-        "employee_count",
-        "country",
-        "description",
-        "linkedin_url",
-        "owner_id",
-    ),
-    "crm.person": (
-        "full_name",
-        "email",
-        "phone",
-        "current_title",
-        "company_id",
-        "lifecycle_stage",
-        "linkedin_url",
-        "country",
-        "owner_id",
-    ),
-    "crm.deal": (
-        "name",
-        "stage",
-        "status",
-        "amount",
-        "currency",
-        "close_date",
-        "owner_id",
-        "company_id",
-        "person_id",
-    ),
-    "crm.activity": (
-        "type",
-        "subject",
-        "status",
-        "occurred_at",
-        "due_at",
-        "owner_id",
-        "company_id",
-        "person_id",
-        "deal_id",
-    ),
-    "crm.list": ("name", "description", "kind"),
-    "prospect": (
-        "review_state",
-        "opportunity_score",
-        "opportunity_reason",
-        "recommended_action",
-        "people_state",
-        "people_state_reason",
-    ),
-    # Shared rows, reached only through this tenant's bridge rows. lifecycle_stage is a tenant
-    # judgement and is not part of the shared company's projection.
-    "intelligence.company": (
-        "name",
-        "domain",
-        "website",
-        "description",
-        "industry",
-        "country",
-        "linkedin_url",
-        "employee_count_band",
-    ),
-    "intelligence.person": (
-        "full_name",
-        "current_title",
-        "current_company_text",
-        "email",
-        "linkedin_url",
-        "country",
-    ),
-}
-"""The fields of each kind, in the order ``contextcore_read_application`` returns them (its
-array of text) and the items follow. CRM rows that are soft-deleted resolve to nothing."""
-
-READ = ScopedRead(
-    "application.read",
-    "-- application.read: the named rows of this tenant, every kind in one statement (00029)\n"
-    "SELECT kind, id, fields, recorded_at\n"
-    "FROM contextcore_read_application($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-)
-_KINDS = tuple(PROJECTIONS)  # the order of the function's arrays, $2 to $9
 
 
 class ApplicationContextSource:
@@ -150,7 +64,7 @@ class ApplicationContextSource:
         for kind, row_id in refs:
             wanted.setdefault(kind, []).append(row_id)
         rows: dict[tuple[str, UUID], Record] = {}
-        arrays = [wanted.get(kind, []) for kind in _KINDS]
+        arrays = [wanted.get(kind, []) for kind in KINDS]
         for record in await self.database.read(READ, request.subject.organization_id, *arrays):
             rows[(record["kind"], record["id"])] = record
         items: list[ContextItem] = []

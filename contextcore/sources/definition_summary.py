@@ -7,7 +7,7 @@ total (two definitions may share a kind and a name), so the cap keeps the same o
 ``spec.limit`` caps the read; 0 reads nothing.
 
 Definitions change when someone publishes one, not per turn: what a read returned is cached per
-organization and limit for 60 s (:mod:`contextcore.sources.cache`), and every write to
+organization and limit for 60 s (:mod:`contextcore.cache`), and every write to
 ``definitions`` invalidates it in every process (``CHANNEL``; migration 00030): that
 organization's entries, or every entry when a platform definition changed.
 """
@@ -19,7 +19,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from contextcore.sources.cache import TenantCache
+from contextcore.cache import TenantCache
 from contextcore.sources.common import NoOptions
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef

@@ -12,7 +12,7 @@ Options: ``include_user`` (default false; a subject with no user reads no user s
 returns no item and reads nothing. Items carry no ref and no subject key.
 
 What a read returned is cached for 60 s per organization and per asking user, options and limit
-(:mod:`contextcore.sources.cache`): a cached dossier costs no round trip. A write to any of its
+(:mod:`contextcore.cache`): a cached dossier costs no round trip. A write to any of its
 tables (the organization part, documents, members; migrations 00003 and 00031) drops the
 organization's entries in every process (``CHANNEL``).
 """
@@ -25,7 +25,7 @@ from uuid import UUID
 from asyncpg import Record
 from pydantic import BaseModel, ConfigDict
 
-from contextcore.sources.cache import TenantCache
+from contextcore.cache import TenantCache
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 from schemas.context import ContextItem, ContextRequest, ContextSourceSpec
 

@@ -1,6 +1,6 @@
 """``knowledge``: the knowledge base's chunks for the request's query, as context items.
 
-The search itself is ``contextcore/knowledge/search.py``. ``include_organization`` and
+The search itself is ``contextcore/knowledge/adapters/search.py``. ``include_organization`` and
 ``include_platform`` choose the scopes (both false by default: a policy opts in).
 ``spec.limit`` counts documents (CLARIFICATIONS 18; default 8, the Front Door's decision; 0
 reads nothing); each brings its ``chunks_per_document`` best chunks. ``results: chunks`` makes
@@ -8,10 +8,10 @@ the limit count chunks instead. Each chunk is one item: title ``<section>`` (or 
 body the passage, ``ref`` the chunk (``knowledge_chunk``, citable, labelled with the document's
 title), no subject key (a chunk's subject is too broad to name).
 
-The order is the search's, and it is total (:mod:`contextcore.knowledge.search`): documents by
-score, a tie by their first chunk's id, each document's chunks by score then id (``results:
-chunks``: the chunks by score then id); the candidates ranked are the same for the same rows
-(equal distances cut by chunk id, migration 00034). ``rank_in_section`` is that order.
+The order is the search's, and it is total (:mod:`contextcore.knowledge.adapters.search`):
+documents by score, a tie by their first chunk's id, each document's chunks by score then id
+(``results: chunks``: the chunks by score then id); the candidates ranked are the same for the
+same rows (equal distances cut by chunk id, migration 00034). ``rank_in_section`` is that order.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import LiveModels, ModelMoved, SearchTuning, search
-from contextcore.sources.cache import TenantCache
+from contextcore.cache import TenantCache
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.search import LiveModels, ModelMoved, SearchTuning, search
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 

@@ -27,11 +27,11 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from contextcore.memory.refs import names_the_scope_owner, parse_stored_refs
+from contextcore.memory.refs import DropReason, drop_reason, stored_subject
 from contextcore.refs import parse_uuid
-from contextcore.sources.application import PROJECTIONS, READ
 from contextcore.sources.common import NoOptions
-from contextcore.storage.tenancy import ScopedRead, TenantConnection, TenantDatabase
+from contextcore.storage.application import resolve_refs
+from contextcore.storage.tenancy import ScopedRead, TenantDatabase
 from schemas.context import ContextItem, ContextRequest, ContextSourceSpec, ResourceRef
 from schemas.memory import MemorySubjectRef
 
@@ -47,10 +47,6 @@ LIVE = ScopedRead(
     "SELECT id, scope, subject_key, text, subject_refs, created_at\n"
     "FROM contextcore_read_memories($1, $2, $3, $4)",
 )
-
-DropReason = str
-"""``malformed_ref`` (a stored element the parser refuses), ``unknown_kind`` (no resolver owns
-it), ``unresolved_ref`` (not a row of this organization: another tenant's, deleted, missing)."""
 
 
 @dataclass(frozen=True)
@@ -132,64 +128,3 @@ class MemoryContextSource:
         log.warning("memory %s dropped from the brief: %s", memory_id, reason)
         if self.on_drop is not None:
             self.on_drop(reason)
-
-
-def stored_subject(
-    raw: object, scope: str, organization_id: UUID, user_id: UUID | None
-) -> tuple[MemorySubjectRef | None, bool]:
-    """The subject a stored ``subject_refs`` value names (``None``: the memory is about its
-    scope's owner), and whether the value is malformed (the memory is then dropped). A ref naming
-    the memory's own scope owner means no ref (CLARIFICATIONS 16); ``user_id`` is the memory's
-    user (user scope)."""
-    refs, refused = parse_stored_refs(raw)
-    if refused or len(refs) > 1:  # V1 resolves one subject per memory
-        return None, True
-    ref = refs[0] if refs else None
-    if ref is not None and names_the_scope_owner(ref, scope, organization_id, user_id):
-        return None, False  # stored before the write path dropped it
-    return ref, False
-
-
-def _wanted(refs: list[MemorySubjectRef]) -> list[list[UUID]] | None:
-    """The ids to resolve, one array per kind the application source resolves (``None``:
-    nothing to resolve)."""
-    wanted: dict[str, set[UUID]] = {}
-    for ref in refs:
-        if ref.kind in PROJECTIONS and (row_id := parse_uuid(ref.id)) is not None:
-            wanted.setdefault(ref.kind, set()).add(row_id)
-    if not wanted:
-        return None
-    return [sorted(wanted.get(kind, ())) for kind in PROJECTIONS]
-
-
-async def resolve(tenant: TenantConnection, refs: list[MemorySubjectRef]) -> set[tuple[str, UUID]]:
-    """The ``(kind, id)`` of ``refs`` that name a row of this organization: one statement for
-    every kind the application source resolves, never one per memory (inside a scope's
-    transaction: ``contextcore memory health``)."""
-    arrays = _wanted(refs)
-    if arrays is None:
-        return set()
-    return {(found["kind"], found["id"]) for found in await tenant.read(READ, *arrays)}
-
-
-async def resolve_refs(
-    database: TenantDatabase, organization_id: UUID, refs: list[MemorySubjectRef]
-) -> set[tuple[str, UUID]]:
-    """:func:`resolve` as one scoped read of its own (the build path)."""
-    arrays = _wanted(refs)
-    if arrays is None:
-        return set()
-    rows = await database.read(READ, organization_id, *arrays)
-    return {(found["kind"], found["id"]) for found in rows}
-
-
-def drop_reason(ref: MemorySubjectRef | None, resolved: set[tuple[str, UUID]]) -> DropReason | None:
-    """Why the tenant guard drops a memory about ``ref`` (``None``: it is kept)."""
-    if ref is None:
-        return None
-    if ref.kind not in PROJECTIONS:
-        return "unknown_kind"
-    row_id = parse_uuid(ref.id)
-    if row_id is None or (ref.kind, row_id) not in resolved:
-        return "unresolved_ref"
-    return None

@@ -22,7 +22,7 @@ from typing import Any
 
 import asyncpg
 
-from contextcore.memory import store
+from contextcore.memory.adapters import store
 from contextcore.memory.service import forget_write, remember_write
 from schemas.memory import Invoker, MemoryCandidate
 from tests.integration.helpers import as_service_role, waits_on_a_lock

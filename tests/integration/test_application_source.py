@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextcore.sources.application import PROJECTIONS, ApplicationContextSource
+from contextcore.refs import PROJECTIONS
+from contextcore.sources.application import ApplicationContextSource
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from schemas.context import ContextRequest, ContextSourceSpec, ContextSubject, ResourceRef
 from tests.integration import seed

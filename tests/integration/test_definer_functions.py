@@ -27,7 +27,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
 from contextcore.storage.tenancy import PLATFORM, Connection, TenantDatabase
 from tests.integration import seed
 from tests.services import Database

@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from contextcore.knowledge.encoder import (
+from contextcore.knowledge.adapters.encoder import (
     DEFAULT_MODEL,
     LENGTH_STEP,
     OpenVinoQueryEncoder,
     SentenceTransformerEncoder,
 )
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.settings import KnowledgeSettings
 from tests.integration.helpers import status_mb
 
 pytestmark = pytest.mark.integration

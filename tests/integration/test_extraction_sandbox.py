@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.adapters.sandbox import SandboxLimits, TextSandbox
 from contextcore.knowledge.chunk import ChunkSettings, ModelWindow, WordPieceTokenizer, chunk
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.extract import ExtractionError, Limits, extract
-from contextcore.knowledge.sandbox import SandboxLimits, TextSandbox
 from tests.documents import bomb_pdf, flat_tags_html, nesting_bomb_html, shared_stream_pdf
 from tests.integration.helpers import until
 
@@ -284,9 +284,9 @@ async def test_a_worker_sees_no_credential(monkeypatch: pytest.MonkeyPatch) -> N
 PARENT = """
 import asyncio, sys
 from contextcore.knowledge.chunk import ChunkSettings
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.chunk import ModelWindow
-from contextcore.knowledge.sandbox import TextSandbox
+from contextcore.knowledge.adapters.sandbox import TextSandbox
 from tests.documents import flat_tags_html
 
 async def main():

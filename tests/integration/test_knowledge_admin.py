@@ -12,10 +12,10 @@ import asyncpg
 import pytest
 
 from broker.topics import ensure_topics, upload_topics
-from contextcore.knowledge import admin as admin_steps
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.settings import Encoders, ExtraModel
+from contextcore.knowledge.adapters import admin as admin_steps
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.settings import Encoders, ExtraModel
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS

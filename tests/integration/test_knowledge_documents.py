@@ -10,10 +10,10 @@ import asyncpg
 import pytest
 
 from admin.documents import DocumentsClient
-from contextcore.knowledge import store
-from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters import store
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.queries import QueryVectors
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, EmbedChunkV1

@@ -14,8 +14,8 @@ import asyncpg
 import pytest
 
 from broker.topics import upload_topics
+from contextcore.knowledge.adapters.queries import QueryVectors
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
 from contextcore.sources.knowledge import KnowledgeContextSource
 from contextcore.storage.tenancy import TenantDatabase
 from producers.client import ContextClient

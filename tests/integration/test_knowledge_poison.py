@@ -26,7 +26,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, upload_topics
-from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
 from tests.integration.helpers import (
     Librdkafka,
     free_port,

@@ -14,13 +14,13 @@ import asyncpg
 import numpy as np
 import pytest
 
-from contextcore.knowledge import indexes, store
+from contextcore.knowledge.adapters import indexes, store
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.adapters.objects import ObjectReader
+from contextcore.knowledge.adapters.sandbox import TextSandbox
+from contextcore.knowledge.adapters.search import MODEL_MOVED, SEARCH
 from contextcore.knowledge.chunk import ChunkSettings, Cut, ModelWindow
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.ingest import Ingestion, Upload
-from contextcore.knowledge.objects import ObjectReader
-from contextcore.knowledge.sandbox import TextSandbox
-from contextcore.knowledge.search import MODEL_MOVED, SEARCH
 from contextcore.knowledge.state import Accepted, Superseded
 from contextcore.storage.tenancy import PLATFORM, TenantDatabase
 from tests.services import Config, Database
@@ -773,7 +773,7 @@ async def test_words_weigh_by_how_well_they_tell_the_chunks_apart(
 async def test_deletion_records_are_append_only_and_tenant_scoped(
     admin: asyncpg.Connection, tenants: None, tenant_db: TenantDatabase
 ) -> None:
-    from contextcore.knowledge import admin as steps
+    from contextcore.knowledge.adapters import admin as steps
 
     rng = np.random.default_rng(22)
     theirs = await seed(admin, ORG_B, unit(rng, 1))

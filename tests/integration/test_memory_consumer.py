@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.topics import dead_letter_topic, ensure_topics, memory_topics
-from contextcore.memory.health import health
+from contextcore.memory.adapters.health import health
 from contextcore.storage.tenancy import TenantDatabase
 from producers.memory import MemoryClient
 from schemas.memory import Invoker, MemoryCandidate

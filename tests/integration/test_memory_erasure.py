@@ -16,9 +16,9 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from contextcore.memory import store
+from contextcore.memory.adapters import store
+from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import Erasing, MemoryService, remember_write
-from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.sources.memory import MemoryContextSource
 from contextcore.storage.provision import Login
 from contextcore.storage.tenancy import TenantDatabase

@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 
 from contextcore.builder import DefaultContextBuilder
+from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService
-from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
 from contextcore.sources.application import ApplicationContextSource

@@ -12,10 +12,10 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from contextcore.memory import store
-from contextcore.memory.health import health
+from contextcore.memory.adapters import store
+from contextcore.memory.adapters.health import health
+from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService, remember_write
-from contextcore.memory.store import PostgresMemoryJournal
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.memory import Invoker, MemoryCandidate, MemorySubjectRef, Refusal, Written
 from tests.integration.helpers import as_service_role

@@ -11,16 +11,17 @@ import asyncpg
 import pytest
 
 from consumers.build.sources import process_registry
-from contextcore.knowledge.encoder import DEFAULT_MODEL
-from contextcore.knowledge.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels, live_models
+from contextcore.cache import TenantCache
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.search import KNOWLEDGE_MODELS_CHANNEL, LiveModels, live_models
 from contextcore.packer import ContextPacker
 from contextcore.registry import PolicyError
 from contextcore.sources import definition_summary, dossier
-from contextcore.sources.cache import CacheInvalidator, TenantCache
 from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource, Fact
 from contextcore.sources.run_history import RunHistoryContextSource
+from contextcore.storage.invalidation import CacheInvalidator
 from contextcore.storage.tenancy import TenantDatabase
 from contextcore.tokens import estimate_tokens
 from schemas.context import (

@@ -14,9 +14,9 @@ import pytest
 
 from admin.quotas import clear_quotas, quotas_in_force, set_quotas
 from broker.topics import ensure_topics, memory_topics
-from contextcore.memory.erasure import erase
+from contextcore.memory.adapters.erasure import erase
+from contextcore.memory.adapters.store import PostgresMemoryJournal, apply
 from contextcore.memory.service import MemoryService, Write, remember_write
-from contextcore.memory.store import PostgresMemoryJournal, apply
 from contextcore.quotas import Quotas
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from producers.memory import MemoryClient

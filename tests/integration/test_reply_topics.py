@@ -26,7 +26,7 @@ from broker.reply_topics import ReplyTopics
 from broker.topics import TopicSpec, dead_letter_topic, ensure_topics, memory_topics, upload_topics
 from consumers.knowledge.sweep.app import Sweeper, SweepSettings
 from consumers.runtime.kafka import AiokafkaPublisher
-from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
 from contextcore.settings import DatabaseSettings
 from schemas.memory import Invoker
 from schemas.upload import EmbedBatchV1, EmbedChunkV1

@@ -22,11 +22,11 @@ from typing import Any
 import asyncpg
 import pytest
 
-from contextcore.knowledge.encoder import DEFAULT_MODEL
+from contextcore.cache import TenantCache
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.queries import QueryVectors
+from contextcore.knowledge.adapters.search import SearchTuning
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.knowledge.search import SearchTuning
-from contextcore.sources.cache import TenantCache
 from contextcore.sources.conversation import ConversationContextSource
 from contextcore.sources.definition_summary import DefinitionSummaryContextSource
 from contextcore.sources.dossier import DossierContextSource

@@ -27,10 +27,10 @@ import asyncpg
 import pytest
 
 from broker.topics import TopicSpec, dead_letter_topic, ensure_topics, upload_topics
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
+from contextcore.knowledge.adapters.store import PostgresKnowledgeRepository
 from contextcore.knowledge.chunk import ChunkSettings
-from contextcore.knowledge.encoder import DEFAULT_MODEL
 from contextcore.knowledge.ingest import NewSource, UploadRefused
-from contextcore.knowledge.store import PostgresKnowledgeRepository
 from contextcore.storage.tenancy import TenantDatabase
 from producers.knowledge import UploadFailed
 from schemas.upload import EmbedBatchV1, EmbedChunkV1

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from contextcore.sources.application import PROJECTIONS
+from contextcore.refs import PROJECTIONS
 
 MIGRATION = (
     Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contextcore.knowledge.adapters.encoder import LENGTH_STEP, OPENVINO_CONFIG
 from contextcore.knowledge.batching import Shapes, least_padding
-from contextcore.knowledge.encoder import LENGTH_STEP, OPENVINO_CONFIG
 
 lengths_strategy = st.lists(st.integers(min_value=1, max_value=256), max_size=40)
 

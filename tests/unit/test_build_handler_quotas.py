@@ -19,7 +19,7 @@ from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics
 from consumers.build.settings import BuildSettings
 from consumers.runtime.records import Inbound, Stopwatch
-from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.quotas import NO_QUOTAS, Quotas
 from contextcore.settings import DatabaseSettings
 from tests.unit.test_build_messages import ORG, REPLY_TOPICS, message, reply_of, service

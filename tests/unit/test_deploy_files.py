@@ -15,7 +15,7 @@ from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.knowledge.sweep.app import SweepSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
-from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 from producers.command import commands
 

@@ -20,8 +20,8 @@ from broker.settings import KafkaSettings, TopicSettings
 from consumers.build.settings import BuildSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
-from contextcore.knowledge.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.settings import DatabaseSettings
 from schemas.context import ContextPolicy
 from schemas.errors import (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from contextcore.knowledge.search import Hit, merge
+from contextcore.knowledge.adapters.search import Hit, merge
 
 
 def hit(chunk: int, document: int, rank: int, score: float) -> Hit:

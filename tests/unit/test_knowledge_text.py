@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.chunk import (
     MAX_HEADING_TOKENS,
     SEGMENT_CHARS,
@@ -16,7 +17,6 @@ from contextcore.knowledge.chunk import (
     WordPieceTokenizer,
     chunk,
 )
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.extract import (
     MAX_HEADING_CHARS,
     ExtractionError,

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from contextcore.knowledge.adapters.objects import ObjectReader
 from contextcore.knowledge.addresses import DEFAULT_IGNORABLE, ObjectError, parse
-from contextcore.knowledge.objects import ObjectReader
 
 ORG = "6f1c2a3b-0000-4000-8000-000000000001"
 OTHER = "6f1c2a3b-0000-4000-8000-0000000000ff"

@@ -15,8 +15,8 @@ from uuid import UUID
 
 import pytest
 
+from contextcore.knowledge.adapters.objects import ObjectReader
 from contextcore.knowledge.addresses import ObjectError, bucket_name, parse
-from contextcore.knowledge.objects import ObjectReader
 
 ORG = UUID("6f1c2a3b-0000-4000-8000-000000000001")
 OTHER = "6f1c2a3b-0000-4000-8000-0000000000ff"
@@ -192,7 +192,7 @@ import asyncio, json, subprocess, sys
 from pathlib import Path
 from uuid import UUID
 from contextcore.knowledge.addresses import ObjectError, parse
-from contextcore.knowledge.objects import ObjectReader
+from contextcore.knowledge.adapters.objects import ObjectReader
 
 root, organization, setup = sys.argv[1], UUID(sys.argv[2]), json.loads(sys.argv[3])
 paths = sys.argv[4:]

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from contextcore.knowledge.adapters.queries import QueryVectors
 from contextcore.knowledge.encoding import Encoder
-from contextcore.knowledge.queries import QueryVectors
 
 
 class Counting:

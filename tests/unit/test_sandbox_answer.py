@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
+from contextcore.knowledge.adapters.sandbox import TextSandbox
+from contextcore.knowledge.adapters.worker import cut
 from contextcore.knowledge.chunk import ChunkSettings, ModelWindow, WordPieceTokenizer, chunk
-from contextcore.knowledge.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.extract import (
     HEADING_SEPARATOR,
     MAX_PATH_CHARS,
@@ -21,8 +23,6 @@ from contextcore.knowledge.extract import (
     bounded_path,
     extract,
 )
-from contextcore.knowledge.sandbox import TextSandbox
-from contextcore.knowledge.worker import cut
 
 MODEL_PATH = default_model_path(DEFAULT_MODEL)
 TOKENIZER = WordPieceTokenizer(MODEL_PATH)

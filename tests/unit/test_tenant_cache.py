@@ -11,7 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from contextcore.sources.cache import CacheInvalidator, Generation, TenantCache
+from contextcore.cache import Generation, TenantCache
+from contextcore.storage.invalidation import CacheInvalidator
 
 
 def listening(**kwargs: object) -> TenantCache[str]:

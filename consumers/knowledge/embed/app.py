@@ -24,9 +24,9 @@ from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.store import PostgresChunkStore
 from contextcore.knowledge.embed import Embedder
-from contextcore.knowledge.settings import KnowledgeSettings
-from contextcore.knowledge.store import PostgresChunkStore
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.positions import write_position
 from contextcore.storage.tenancy import TenantDatabase

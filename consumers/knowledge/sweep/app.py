@@ -35,7 +35,7 @@ from consumers.runtime.health import Health, HealthServer
 from consumers.runtime.kafka import AiokafkaPublisher
 from consumers.runtime.metrics import schema_info
 from consumers.runtime.transport import Publisher
-from contextcore.knowledge import indexes, store
+from contextcore.knowledge.adapters import indexes, store
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import ledger
 from contextcore.storage.pool import connect

@@ -2,9 +2,9 @@
 
     contextcore serve upload
 
-It extracts and chunks in bounded worker processes (:mod:`contextcore.knowledge.sandbox`; no
-model is loaded, only the model's tokenizer), so it stays small and a hostile document can only
-take a worker down; the embedding group does the encoding.
+It extracts and chunks in bounded worker processes (:mod:`contextcore.knowledge.adapters.sandbox`;
+no model is loaded, only the model's tokenizer), so it stays small and a hostile document can
+only take a worker down; the embedding group does the encoding.
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from consumers.runtime.asyncapi import Channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
+from contextcore.knowledge.adapters.objects import ObjectReader
+from contextcore.knowledge.adapters.sandbox import SandboxLimits, TextSandbox
+from contextcore.knowledge.adapters.settings import KnowledgeSettings
+from contextcore.knowledge.adapters.store import PostgresKnowledgeRepository
 from contextcore.knowledge.extract import Limits
 from contextcore.knowledge.ingest import Ingestion
-from contextcore.knowledge.objects import ObjectReader
-from contextcore.knowledge.sandbox import SandboxLimits, TextSandbox
-from contextcore.knowledge.settings import KnowledgeSettings
-from contextcore.knowledge.store import PostgresKnowledgeRepository
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.positions import write_position
 from contextcore.storage.tenancy import TenantDatabase

@@ -232,7 +232,13 @@ def exported_path(path: Path, cache_dir: Path) -> Path:
         import sys
 
         subprocess.run(
-            [sys.executable, "-m", "contextcore.knowledge.export", str(path), str(cache_dir)],
+            [
+                sys.executable,
+                "-m",
+                "contextcore.knowledge.adapters.export",
+                str(path),
+                str(cache_dir),
+            ],
             check=True,
             capture_output=True,
         )

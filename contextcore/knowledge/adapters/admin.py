@@ -28,7 +28,7 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.knowledge import store
+from contextcore.knowledge.adapters import store
 from contextcore.storage.tenancy import Connection, TenantConnection, TenantQuery
 
 FAILED = TenantQuery(

@@ -14,8 +14,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from uuid import UUID
 
+from contextcore.knowledge.adapters.store import vector_text
 from contextcore.knowledge.encoding import CoalescingEncoder, Encoder
-from contextcore.knowledge.store import vector_text
 
 
 class QueryVectors:

@@ -17,14 +17,14 @@ from typing import Annotated, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contextcore.knowledge.chunk import ChunkSettings, ModelWindow
-from contextcore.knowledge.encoder import (
+from contextcore.knowledge.adapters.encoder import (
     DEFAULT_MODEL,
     Backend,
     OpenVinoQueryEncoder,
     SentenceTransformerEncoder,
     default_model_path,
 )
+from contextcore.knowledge.chunk import ChunkSettings, ModelWindow
 from contextcore.knowledge.encoding import Encoder, SharedEncoder
 from schemas.envelope import printable
 

@@ -1,5 +1,6 @@
-"""Extraction and chunking out of process: a small pool of :mod:`~contextcore.knowledge.worker`
-processes, each bounded, killed and replaced when it passes a bound.
+"""Extraction and chunking out of process: a small pool of
+:mod:`~contextcore.knowledge.adapters.worker` processes, each bounded, killed and replaced when it
+passes a bound.
 
 The bounds (:class:`SandboxLimits`) and what passing each one answers, as the failed source's
 reason that the uploader hears:
@@ -40,6 +41,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from contextcore.knowledge.adapters.worker import HEADER, frame
 from contextcore.knowledge.chunk import Chunk, Cut, ModelWindow
 from contextcore.knowledge.extract import (
     MAX_HEADING_CHARS,
@@ -48,7 +50,6 @@ from contextcore.knowledge.extract import (
     Limits,
     Section,
 )
-from contextcore.knowledge.worker import HEADER, frame
 from schemas.errors import ContextcoreError
 
 log = logging.getLogger("contextcore.knowledge.sandbox")
@@ -177,11 +178,13 @@ class TextSandbox:
         command: Sequence[str] | None = None,
     ) -> None:
         """``command`` starts one worker (default: this Python, ``-m
-        contextcore.knowledge.worker``); the limits are appended to it."""
+        contextcore.knowledge.adapters.worker``); the limits are appended to it."""
         if workers < 1:
             raise ValueError("a sandbox needs at least one worker")
         self.limits = limits or SandboxLimits()
-        self._command = list(command or [sys.executable, "-m", "contextcore.knowledge.worker"])
+        self._command = list(
+            command or [sys.executable, "-m", "contextcore.knowledge.adapters.worker"]
+        )
         self._workers = workers
         self._slots = asyncio.Semaphore(workers)
         self._idle: list[_Worker] = []

@@ -1,13 +1,14 @@
-"""``python -m contextcore.knowledge.export MODEL_DIR CACHE_DIR``: export a model to OpenVINO
-into the cache (what :class:`~contextcore.knowledge.encoder.SentenceTransformerEncoder` does
-on first load), in a process of its own so the caller never imports torch."""
+"""``python -m contextcore.knowledge.adapters.export MODEL_DIR CACHE_DIR``: export a model to
+OpenVINO into the cache (what
+:class:`~contextcore.knowledge.adapters.encoder.SentenceTransformerEncoder` does on first load),
+in a process of its own so the caller never imports torch."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-from contextcore.knowledge.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
+from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
 
 
 def main(argv: list[str]) -> int:

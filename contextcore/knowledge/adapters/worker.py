@@ -1,5 +1,5 @@
 """The process that turns an untrusted document into sections and chunks (``python -m
-contextcore.knowledge.worker``), and the frames it speaks.
+contextcore.knowledge.adapters.worker``), and the frames it speaks.
 
 A parser fed a hostile document can allocate without end, loop for minutes, or crash; here it
 can only take this process with it. The worker caps itself before it reads a job:
@@ -11,7 +11,7 @@ can only take this process with it. The worker caps itself before it reads a job
 * no core dumps, and the first place in line for the kernel's OOM killer (``oom_score_adj``
   1000), so a cgroup short of memory kills a worker before the consumer.
 
-The parent (:mod:`contextcore.knowledge.sandbox`) bounds the wall time and the size of the
+The parent (:mod:`contextcore.knowledge.adapters.sandbox`) bounds the wall time and the size of the
 answer, and starts the worker with an environment that holds no credential.
 
 The protocol, on stdin and stdout, one job at a time: a frame is an 8-byte big-endian length and
@@ -176,7 +176,7 @@ def serve(stdin: IO[bytes], stdout: IO[bytes], *, cpu_s: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="contextcore.knowledge.worker")
+    parser = argparse.ArgumentParser(prog="contextcore.knowledge.adapters.worker")
     parser.add_argument("--memory-bytes", type=int, required=True)
     parser.add_argument("--cpu-seconds", type=float, required=True)
     args = parser.parse_args(argv)

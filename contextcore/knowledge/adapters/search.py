@@ -34,8 +34,8 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.knowledge.queries import QueryVectors
-from contextcore.sources.cache import TenantCache
+from contextcore.cache import TenantCache
+from contextcore.knowledge.adapters.queries import QueryVectors
 from contextcore.storage.tenancy import ScopedRead, TenantDatabase, TenantQuery
 from schemas.errors import ContextcoreError
 

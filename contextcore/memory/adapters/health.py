@@ -10,7 +10,8 @@ from uuid import UUID
 
 import asyncpg
 
-from contextcore.sources.memory import drop_reason, resolve, stored_subject
+from contextcore.memory.refs import drop_reason, stored_subject
+from contextcore.storage.application import resolve
 from contextcore.storage.tenancy import TenantDatabase, TenantQuery
 
 CHAINS = TenantQuery(
