@@ -17,10 +17,10 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import asyncpg
 
-from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics
 from consumers.build.handler import BuildHandler
@@ -30,7 +30,7 @@ from consumers.build.replica_lag import watching_lag
 from consumers.build.settings import BuildSettings
 from consumers.build.sources import SourceCaches, process_registry
 from consumers.runtime.app import ConsumerApp
-from consumers.runtime.asyncapi import Channel
+from consumers.runtime.compose import Environment, consumer_app, reply_channel
 from consumers.runtime.database import verified_pool
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
@@ -89,88 +89,26 @@ def create_app(
                 "or of every organization by default (`contextcore quota`, docs/operations.md)",
                 gone,
             )
-    kafka = kafka or KafkaSettings()
-    topics = topics or TopicSettings()
-    database = database or DatabaseSettings()
-    knowledge = knowledge or KnowledgeSettings()
-    reply_topics = ReplyTopics.of(topics)
+    env = Environment.of(kafka, topics, database)
+    settings, models = build, knowledge or KnowledgeSettings()
 
     @asynccontextmanager
     async def open_handler(
         metrics: RuntimeMetrics, _publisher: Publisher
     ) -> AsyncIterator[BuildHandler]:
-        url = database.require_url()
-        caches = SourceCaches()
-        invalidator = CacheInvalidator(caches.by_channel(), url)
-        read_url = database.read_url or url
-        async with (
-            verified_pool(database, url=read_url, opened=database.pool_size) as pool,
-            watching_lag(pool, metrics.registry, every_s=build.replica_lag_interval_s),
-            primary_pool(database, read_url) as primary_reads,
-        ):
-            try:
-                await invalidator.start()
-                encoders = Encoders(knowledge)
-                build_metrics = BuildMetrics.create(metrics.registry)
-                tenants = TenantDatabase(pool, role=database.role)
-                metrics.registry.register(RoundTrips(tenants))
-                vectors = QueryVectors(encoders)
-                metrics.registry.register(CacheStatistics([*caches.by_channel().values(), vectors]))
+        async with open_build_handler(settings, env, models, metrics) as handler:
+            yield handler
 
-                def sources_on(database: TenantDatabase) -> ContextSourceRegistry:
-                    return process_registry(
-                        database,
-                        caches,
-                        vectors=vectors,
-                        on_memory_drop=build_metrics.memory_drop_hook(),
-                    )
-
-                def builder_of(registry: ContextSourceRegistry) -> ContextBuilder:
-                    return DefaultContextBuilder(
-                        registry,
-                        ContextPacker(),
-                        source_timeout_s=build.source_timeout_s,
-                        observer=build_metrics,
-                    )
-
-                registry = sources_on(tenants)  # the read database's: admission uses it too
-                readers = Readers(
-                    read=builder_of(registry),
-                    metrics=build_metrics,
-                    primary=None
-                    if primary_reads is None
-                    else Primary(
-                        builder_of(sources_on(TenantDatabase(primary_reads, role=database.role))),
-                        replay=ReplayWatch(pool),
-                        written=PrimaryWatch(primary_reads),
-                    ),
-                )
-                build_metrics.start_at_zero(registry.names)
-                if build.preload_encoder:
-                    for model in knowledge.models():
-                        encoder = await encoders(model)
-                        # its first inference too (allocations, a compiled graph's first
-                        # run): on a busy machine it cost the first build's knowledge read
-                        # its 1 s timeout (the demo's, in CI)
-                        await asyncio.to_thread(encoder.encode, ["warm up"])
-                yield BuildHandler(
-                    registry,
-                    readers,
-                    build_metrics,
-                    reply_topics=reply_topics,
-                    quotas=DatabaseQuotas(tenants, ttl_s=build.quotas_ttl_s),
-                )
-            finally:
-                await invalidator.stop()
-
-    return ConsumerApp(
+    return consumer_app(
+        env,
         name="build",
-        topic=topics.build_request,
+        topic=env.topics.build_request,
+        topics=build_topics(env.topics),
+        settings=build,
         description=DESCRIPTION,
         payload=BuildRequestV1,
         publishes=[
-            Channel(
-                "{reply_to}",
+            reply_channel(
                 "build-reply",
                 "The answer to one build request, on the topic the request named, with its "
                 "correlation_id: status ok (a brief), error (a code and details) or "
@@ -178,10 +116,100 @@ def create_app(
                 BuildReplyV1,
             )
         ],
-        settings=build,
-        kafka=kafka,
-        database=database,
-        topics=build_topics(topics),
-        reply_topics=reply_topics,
         open_handler=open_handler,
     )
+
+
+@asynccontextmanager
+async def open_build_handler(
+    build: BuildSettings, env: Environment, knowledge: KnowledgeSettings, metrics: RuntimeMetrics
+) -> AsyncIterator[BuildHandler]:
+    """The handler of one process: its pools (the sources' database, and the primary when
+    they read a replica), the dossier listener, the encoders, the readers, the quotas."""
+    database = env.database
+    url = database.require_url()
+    caches = SourceCaches()
+    invalidator = CacheInvalidator(caches.by_channel(), url)
+    read_url = database.read_url or url
+    async with (
+        verified_pool(database, url=read_url, opened=database.pool_size) as pool,
+        watching_lag(pool, metrics.registry, every_s=build.replica_lag_interval_s),
+        primary_pool(database, read_url) as primary_reads,
+    ):
+        try:
+            await invalidator.start()
+            encoders = Encoders(knowledge)
+            build_metrics = BuildMetrics.create(metrics.registry)
+            tenants = TenantDatabase(pool, role=database.role)
+            metrics.registry.register(RoundTrips(tenants))
+            vectors = QueryVectors(encoders)
+            metrics.registry.register(CacheStatistics([*caches.by_channel().values(), vectors]))
+            builders = Builders(build, database, caches, vectors, build_metrics)
+            registry = builders.sources_on(tenants)  # the read database's: admission uses it too
+            readers = builders.readers(registry, pool, primary_reads)
+            build_metrics.start_at_zero(registry.names)
+            if build.preload_encoder:
+                await preload(encoders, knowledge)
+            yield BuildHandler(
+                registry,
+                readers,
+                build_metrics,
+                reply_topics=env.reply_topics,
+                quotas=DatabaseQuotas(tenants, ttl_s=build.quotas_ttl_s),
+            )
+        finally:
+            await invalidator.stop()
+
+
+@dataclass(frozen=True)
+class Builders:
+    """The builders of one process: one per database its sources may read."""
+
+    build: BuildSettings
+    database: DatabaseSettings
+    caches: SourceCaches
+    vectors: QueryVectors
+    metrics: BuildMetrics
+
+    def sources_on(self, database: TenantDatabase) -> ContextSourceRegistry:
+        return process_registry(
+            database,
+            self.caches,
+            vectors=self.vectors,
+            on_memory_drop=self.metrics.memory_drop_hook(),
+        )
+
+    def builder_of(self, registry: ContextSourceRegistry) -> ContextBuilder:
+        return DefaultContextBuilder(
+            registry,
+            ContextPacker(),
+            source_timeout_s=self.build.source_timeout_s,
+            observer=self.metrics,
+        )
+
+    def readers(
+        self,
+        registry: ContextSourceRegistry,
+        pool: asyncpg.Pool,
+        primary_reads: asyncpg.Pool | None,
+    ) -> Readers:
+        """The read database's builder, and the primary's for the requests the read one has
+        not replayed (read_after.py); none when the sources read the primary anyway."""
+        primary = None
+        if primary_reads is not None:
+            on_primary = self.sources_on(TenantDatabase(primary_reads, role=self.database.role))
+            primary = Primary(
+                self.builder_of(on_primary),
+                replay=ReplayWatch(pool),
+                written=PrimaryWatch(primary_reads),
+            )
+        return Readers(read=self.builder_of(registry), metrics=self.metrics, primary=primary)
+
+
+async def preload(encoders: Encoders, knowledge: KnowledgeSettings) -> None:
+    """Every model's query encoder loaded and its first inference run (allocations, a compiled
+    graph's first run): on a busy machine it cost the first build's knowledge read its 1 s
+    timeout (the demo's, in CI)."""
+    for model in knowledge.models():
+        encoder = await encoders(model)
+        await asyncio.to_thread(encoder.encode, ["warm up"])

@@ -11,24 +11,20 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
-from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import memory_topics
 from consumers.memory.handler import MemoryHandler
 from consumers.memory.metrics import MemoryMetrics
 from consumers.memory.settings import MemorySettings
 from consumers.runtime.app import ConsumerApp
-from consumers.runtime.asyncapi import Channel
-from consumers.runtime.database import verified_pool
+from consumers.runtime.compose import Environment, consumer_app, reply_channel
+from consumers.runtime.database import handler_database
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
 from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService
 from contextcore.settings import DatabaseSettings
-from contextcore.storage.positions import write_position
-from contextcore.storage.tenancy import TenantDatabase
 from schemas.memory import MemoryAnswerV1, MemoryWriteV1
 
 DESCRIPTION = (
@@ -45,44 +41,36 @@ def create_app(
     topics: TopicSettings | None = None,
     database: DatabaseSettings | None = None,
 ) -> ConsumerApp:
-    memory = memory or MemorySettings()
-    kafka = kafka or KafkaSettings()
-    topics = topics or TopicSettings()
-    database = database or DatabaseSettings()
-    reply_topics = ReplyTopics.of(topics)
+    env = Environment.of(kafka, topics, database)
 
     @asynccontextmanager
     async def open_handler(
         metrics: RuntimeMetrics, _publisher: Publisher
     ) -> AsyncIterator[MemoryHandler]:
-        async with verified_pool(database) as pool:
-            service = MemoryService(PostgresMemoryJournal(TenantDatabase(pool, role=database.role)))
+        async with handler_database(env.database) as db:
             yield MemoryHandler(
-                service,
+                MemoryService(PostgresMemoryJournal(db.tenants)),
                 MemoryMetrics.create(metrics.registry),
-                reply_topics=reply_topics,
-                position=partial(write_position, pool),
+                reply_topics=env.reply_topics,
+                position=db.position,
             )
 
-    return ConsumerApp(
+    return consumer_app(
+        env,
         name="memory",
-        topic=topics.memory_write,
+        topic=env.topics.memory_write,
+        topics=memory_topics(env.topics),
+        settings=memory or MemorySettings(),
         description=DESCRIPTION,
         payload=MemoryWriteV1,
         publishes=[
-            Channel(
-                "{reply_to}",
+            reply_channel(
                 "memory-answer",
                 "The answer to one memory write, on the topic the call named, with its "
                 "correlation_id.",
                 MemoryAnswerV1,
             )
         ],
-        settings=memory,
-        kafka=kafka,
-        database=database,
-        topics=memory_topics(topics),
-        reply_topics=reply_topics,
         open_handler=open_handler,
         retry_causes=("contention",),
     )

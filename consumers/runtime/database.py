@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
 
 import asyncpg
 
 from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect, create_pool
+from contextcore.storage.positions import WritePosition, write_position
+from contextcore.storage.tenancy import TenantDatabase
 from schemas.errors import SchemaError
 
 
@@ -49,3 +53,22 @@ async def verified_pool(
         yield pool
     finally:
         await pool.close()
+
+
+@dataclass(frozen=True)
+class HandlerDatabase:
+    """What a writing handler holds of the database: the pool, the tenancy layer over it, and
+    the position of what it wrote (read-your-writes, docs/scaling.md)."""
+
+    pool: asyncpg.Pool
+    tenants: TenantDatabase
+    position: WritePosition
+
+
+@asynccontextmanager
+async def handler_database(database: DatabaseSettings) -> AsyncIterator[HandlerDatabase]:
+    """:func:`verified_pool` on the runtime login, as a :class:`HandlerDatabase`."""
+    async with verified_pool(database) as pool:
+        yield HandlerDatabase(
+            pool, TenantDatabase(pool, role=database.role), partial(write_position, pool)
+        )

@@ -11,25 +11,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
-from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import embed_topics
 from consumers.knowledge.embed.handler import EmbedHandler
 from consumers.knowledge.embed.metrics import EmbedMetrics, TimedEncoder
 from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.runtime.app import ConsumerApp
-from consumers.runtime.asyncapi import Channel
-from consumers.runtime.database import verified_pool
+from consumers.runtime.compose import Environment, consumer_app, reply_channel
+from consumers.runtime.database import handler_database
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.adapters.store import PostgresChunkStore
 from contextcore.knowledge.embed import Embedder
 from contextcore.settings import DatabaseSettings
-from contextcore.storage.positions import write_position
-from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, UploadStatusV1
 
 DESCRIPTION = (
@@ -45,48 +41,42 @@ def create_app(
     database: DatabaseSettings | None = None,
     knowledge: KnowledgeSettings | None = None,
 ) -> ConsumerApp:
-    embed = embed or EmbedSettings()
-    kafka = kafka or KafkaSettings()
-    topics = topics or TopicSettings()
-    database = database or DatabaseSettings()
+    env = Environment.of(kafka, topics, database)
     knowledge = knowledge or KnowledgeSettings()
 
     @asynccontextmanager
     async def open_handler(
         metrics: RuntimeMetrics, _publisher: Publisher
     ) -> AsyncIterator[EmbedHandler]:
-        async with verified_pool(database) as pool:
+        async with handler_database(env.database) as db:
             encoders = [
                 await asyncio.to_thread(knowledge.load_encoder, model)
                 for model in knowledge.models()
             ]
             embed_metrics = EmbedMetrics.create(metrics.registry)
             embedder = Embedder(
-                PostgresChunkStore(TenantDatabase(pool, role=database.role)),
+                PostgresChunkStore(db.tenants),
                 [TimedEncoder(encoder, embed_metrics) for encoder in encoders],
             )
             for model in knowledge.models():  # each model's count starts at 0
                 embed_metrics.chunks.labels(model)
-            yield EmbedHandler(embedder, embed_metrics, position=partial(write_position, pool))
+            yield EmbedHandler(embedder, embed_metrics, position=db.position)
 
-    return ConsumerApp(
+    return consumer_app(  # the uploaders' addresses are read from their rows
+        env,
         name="embed",
-        topic=topics.embed,
+        topic=env.topics.embed,
+        topics=embed_topics(env.topics),
+        settings=embed or EmbedSettings(),
         description=DESCRIPTION,
         payload=EmbedBatchV1,
         publishes=[
-            Channel(
-                "{reply_to}",
+            reply_channel(
                 "upload-status",
                 "ready, on the topic the upload named, once every chunk of its source is stored.",
                 UploadStatusV1,
             )
         ],
-        settings=embed,
-        kafka=kafka,
-        database=database,
-        topics=embed_topics(topics),
-        reply_topics=ReplyTopics.of(topics),  # the uploaders' addresses, read from their rows
         open_handler=open_handler,
         dead_letter_causes=("unknown_model",),
     )

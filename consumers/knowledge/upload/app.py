@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from functools import partial
 
-from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import upload_topics
 from consumers.knowledge.upload.handler import UploadHandler
@@ -21,7 +19,8 @@ from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
-from consumers.runtime.database import verified_pool
+from consumers.runtime.compose import Environment, consumer_app, reply_channel
+from consumers.runtime.database import handler_database
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
 from contextcore.knowledge.adapters.objects import ObjectReader
@@ -31,7 +30,6 @@ from contextcore.knowledge.adapters.store import PostgresKnowledgeRepository
 from contextcore.knowledge.extract import Limits
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.settings import DatabaseSettings
-from contextcore.storage.positions import write_position
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, UploadStatusV1, UploadTopicV1
 
@@ -50,87 +48,93 @@ def create_app(
     database: DatabaseSettings | None = None,
     knowledge: KnowledgeSettings | None = None,
 ) -> ConsumerApp:
-    upload = upload or UploadSettings()
-    kafka = kafka or KafkaSettings()
-    topics = topics or TopicSettings()
-    database = database or DatabaseSettings()
+    env = Environment.of(kafka, topics, database)
+    settings = upload or UploadSettings()
     knowledge = knowledge or KnowledgeSettings()
-    reply_topics = ReplyTopics.of(topics)
 
     @asynccontextmanager
     async def open_handler(
         metrics: RuntimeMetrics, publisher: Publisher
     ) -> AsyncIterator[UploadHandler]:
-        sandbox = TextSandbox(
-            workers=upload.extract_workers,
-            limits=SandboxLimits(
-                memory_mb=upload.extract_memory_mb,
-                cpu_s=upload.extract_cpu_s,
-                wall_s=upload.extract_wall_s,
-                output_mb=upload.extract_output_mb,
-            ),
-        )
-        async with verified_pool(database) as pool:
-            reader = ObjectReader(
-                max_bytes=upload.max_document_bytes,
-                file_root=upload.file_root,
-                buckets=upload.s3_buckets,
-                s3_endpoint_url=upload.s3_endpoint_url,
-                s3_region=upload.s3_region,
-                tenant_prefixes=upload.s3_tenant_prefixes,
-            )
-            ingestion = Ingestion(
-                PostgresKnowledgeRepository(TenantDatabase(pool, role=database.role)),
-                reader,
-                sandbox,
-                knowledge.model_windows(),
-                limits=Limits(
-                    max_bytes=upload.max_document_bytes,
-                    max_chars=upload.max_document_chars,
-                    max_pages=upload.max_pdf_pages,
-                    max_chunks=upload.max_document_chunks,
-                ),
-                batch_size=upload.embed_batch_chunks,
-            )
-            try:
+        sandbox = TextSandbox(workers=settings.extract_workers, limits=sandbox_limits(settings))
+        try:
+            async with handler_database(env.database) as db:
                 yield UploadHandler(
-                    ingestion,
+                    ingestion(settings, knowledge, db.tenants, sandbox),
                     publisher,
-                    topics.embed,
+                    env.topics.embed,
                     UploadMetrics.create(metrics.registry),
-                    reply_topics=reply_topics,
-                    max_attempts=upload.max_attempts,
-                    max_record_bytes=kafka.max_record_bytes,
-                    position=partial(write_position, pool),
+                    reply_topics=env.reply_topics,
+                    max_attempts=settings.max_attempts,
+                    max_record_bytes=env.kafka.max_record_bytes,
+                    position=db.position,
                 )
-            finally:
-                await sandbox.close()
+        finally:
+            await sandbox.close()
 
-    return ConsumerApp(
+    return consumer_app(
+        env,
         name="upload",
-        topic=topics.upload,
+        topic=env.topics.upload,
+        topics=upload_topics(env.topics),
+        settings=settings,
         description=DESCRIPTION,
         payload=UploadTopicV1,
         publishes=[
-            Channel(
-                "{reply_to}",
+            reply_channel(
                 "upload-status",
                 "The status of one upload, on the topic it named, with its correlation_id.",
                 UploadStatusV1,
             ),
             Channel(
-                topics.embed,
-                topics.embed,
+                env.topics.embed,
+                env.topics.embed,
                 "Batches of chunks of one generation of one source, for the embedding group.",
                 EmbedBatchV1,
             ),
         ],
-        settings=upload,
-        kafka=kafka,
-        database=database,
-        topics=upload_topics(topics),
-        reply_topics=reply_topics,
         open_handler=open_handler,
         dead_letter_causes=("refused",),
         retry_causes=("object_store",),
+    )
+
+
+def sandbox_limits(upload: UploadSettings) -> SandboxLimits:
+    """What one extraction may take, out of process (contextcore/knowledge/adapters/sandbox.py)."""
+    return SandboxLimits(
+        memory_mb=upload.extract_memory_mb,
+        cpu_s=upload.extract_cpu_s,
+        wall_s=upload.extract_wall_s,
+        output_mb=upload.extract_output_mb,
+    )
+
+
+def ingestion(
+    upload: UploadSettings,
+    knowledge: KnowledgeSettings,
+    tenants: TenantDatabase,
+    sandbox: TextSandbox,
+) -> Ingestion:
+    """The ingestion of one process: its repository, the object reader its settings allow, the
+    sandbox, and the limits of one document."""
+    reader = ObjectReader(
+        max_bytes=upload.max_document_bytes,
+        file_root=upload.file_root,
+        buckets=upload.s3_buckets,
+        s3_endpoint_url=upload.s3_endpoint_url,
+        s3_region=upload.s3_region,
+        tenant_prefixes=upload.s3_tenant_prefixes,
+    )
+    return Ingestion(
+        PostgresKnowledgeRepository(tenants),
+        reader,
+        sandbox,
+        knowledge.model_windows(),
+        limits=Limits(
+            max_bytes=upload.max_document_bytes,
+            max_chars=upload.max_document_chars,
+            max_pages=upload.max_pdf_pages,
+            max_chunks=upload.max_document_chunks,
+        ),
+        batch_size=upload.embed_batch_chunks,
     )
