@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from operator import itemgetter
 
 from contextcore.tokens import estimate_tokens
@@ -161,114 +162,143 @@ class ContextPacker:
         entries: list[ManifestEntry] | None,
     ) -> ContextBrief:
         """``entries``, when given, receives the manifest: the brief does not depend on it."""
-        source_rank: dict[str, int] = {}
-        budgets: dict[str, int] = {}
-        for spec in policy.sources:
-            if spec.enabled and spec.name not in source_rank:
-                source_rank[spec.name] = len(source_rank)
-                budgets[spec.name] = spec.token_budget
-
-        dropped: dict[str, int] = {}
-        reasons: dict[tuple[str, str], int] = {}
-        spent: dict[str, int] = {}
-        seen_per_source: dict[str, int] = {}
-        ordered: list[tuple[int, int, int, ContextItem]] = []
-        unenabled: list[tuple[str, int, ManifestEntry]] = []
-        for item in items:  # 1. drop what no enabled spec names
-            source = item.source
-            position = seen_per_source.get(source, 0)
-            seen_per_source[source] = position + 1
-            if position == 0:
-                dropped[source] = spent[source] = 0
-            rank = source_rank.get(source)
-            if rank is None:
-                _drop(dropped, reasons, source, NOT_ENABLED)
-                if entries is not None:
-                    unenabled.append((source, position, _entry(item, SOURCE_NOT_ENABLED)))
-                continue
-            # (class, policy rank, place in source) is unique, so items are never compared
-            ordered.append((_CLASS_RANK[item.kind], rank, position, item))
-        ordered.sort()  # 2. pack order
-        if entries is not None:  # by source name, then each source's order: no answer order
-            entries.extend(entry for _, _, entry in sorted(unenabled, key=itemgetter(0, 1)))
-
+        tally = _Tally(entries)
+        ordered = _in_pack_order(items, policy, tally)  # 1 and 2
         failed = [one_line(name) for name in failed_sources]
         notice = NOTICE_PREFIX + ", ".join(failed) if failed else ""
         notice_tokens = estimate_tokens(notice + "\n") if notice else 0
-
-        total = 0
-        limit = policy.total_token_budget
-        keys: dict[str, ContextItem] = {}  # each subject key's winner
-        opened: set[ContextKind] = set()
-        sections: dict[ContextKind, list[tuple[int, str, ContextItem, bool]]] = {}
-        for _, _, _, item in ordered:
-            key = item.subject_key
-            if key:  # 3. precedence before spend; an empty key is no key
-                winner = keys.get(key)
-                if winner is not None:
-                    _drop(dropped, reasons, item.source, OUTRANKED)
-                    if entries is not None:
-                        entries.append(_entry(item, _lost_to(winner)))
-                    continue
-                keys[key] = item
-            kind, source = item.kind, item.source
-            if spent[source] >= budgets[source] or total >= limit:
-                # every line costs at least one token: skip the render
-                over = OVER_SOURCE if spent[source] >= budgets[source] else OVER_TOTAL
-                _drop(dropped, reasons, source, over)
-                if entries is not None:
-                    entries.append(_entry(item, over))
-                continue
-            cites_ref = item.ref is not None and written_as_stored(item.ref)
-            line, charge = _render(item, cites_ref)  # 4. spend
-            heading = 0 if kind in opened else _HEADING_TOKENS[kind]
-            if spent[source] + charge > budgets[source] or total + heading + charge > limit:
-                over = OVER_SOURCE if spent[source] + charge > budgets[source] else OVER_TOTAL
-                _drop(dropped, reasons, source, over)
-                if entries is not None:
-                    entries.append(_entry(item, over))
-                continue
-            if entries is not None:
-                entries.append(_entry(item, KEPT, charge))
-            opened.add(kind)
-            spent[source] += charge
-            total += heading + charge
-            sections.setdefault(kind, []).append((item.rank_in_section, line, item, cites_ref))
-
-        lines = [notice] if notice else []  # 5. layout
-        cited: list[ResourceRef] = []
-        cited_keys: set[tuple[str, str]] = set()
-        for kind in _section_order(policy.page_order):
-            section = sections.get(kind)
-            if not section:
-                continue
-            section.sort(key=itemgetter(0))  # stable: equal ranks keep spend order
-            lines.append(SECTION_HEADINGS[kind])
-            for _, line, item, cites_ref in section:
-                lines.append(line)
-                own = [item.ref] if item.ref is not None and cites_ref else []
-                for ref in own + [r for r in item.body_refs if written_as_stored(r)]:
-                    if (ref.kind, ref.id) not in cited_keys:
-                        cited_keys.add((ref.kind, ref.id))
-                        cited.append(ref)
-
-        if on_drops is not None and reasons:
-            on_drops(reasons)
+        sections, total = _spend(ordered, policy, tally)  # 3 and 4
+        lines, cited = _layout(sections, policy.page_order)  # 5
+        if on_drops is not None and tally.reasons:
+            on_drops(tally.reasons)
         return ContextBrief(
-            text="\n".join(lines),
+            text="\n".join([notice, *lines] if notice else lines),
             items=cited,
             tokens=notice_tokens + total,
-            per_source_tokens=spent,
-            dropped=dropped,
+            per_source_tokens=tally.spent,
+            dropped=tally.dropped,
             failed_sources=failed,
         )
 
 
-def _drop(
-    dropped: dict[str, int], reasons: dict[tuple[str, str], int], source: str, reason: str
-) -> None:
-    dropped[source] += 1
-    reasons[source, reason] = reasons.get((source, reason), 0) + 1
+@dataclass
+class _Tally:
+    """One pack's accounts: the drops per source and per (source, reason), the tokens each
+    source spent, and the manifest when one is asked for."""
+
+    entries: list[ManifestEntry] | None
+    dropped: dict[str, int] = field(default_factory=dict)
+    reasons: dict[tuple[str, str], int] = field(default_factory=dict)
+    spent: dict[str, int] = field(default_factory=dict)
+
+    def drop(self, item: ContextItem, reason: str, outcome: str | None = None) -> None:
+        """``item`` dropped for ``reason`` (its manifest entry says ``outcome``, the reason
+        unless given)."""
+        self.dropped[item.source] += 1
+        key = (item.source, reason)
+        self.reasons[key] = self.reasons.get(key, 0) + 1
+        if self.entries is not None:
+            self.entries.append(_entry(item, outcome or reason))
+
+
+_Ordered = tuple[int, int, int, ContextItem]
+_Line = tuple[int, str, ContextItem, bool]
+
+
+def _in_pack_order(
+    items: list[ContextItem], policy: ContextPolicy, tally: _Tally
+) -> list[_Ordered]:
+    """1. The items an enabled spec names, the others dropped; 2. in pack order: class, policy
+    rank, place in source. The manifest gets the unnamed ones first, by source name then each
+    source's order, so it does not depend on the order the sources answered in."""
+    source_rank: dict[str, int] = {}
+    for spec in policy.sources:
+        if spec.enabled and spec.name not in source_rank:
+            source_rank[spec.name] = len(source_rank)
+    seen_per_source: dict[str, int] = {}
+    ordered: list[_Ordered] = []
+    unenabled: list[tuple[str, int, ContextItem]] = []
+    for item in items:
+        source = item.source
+        position = seen_per_source.get(source, 0)
+        seen_per_source[source] = position + 1
+        if position == 0:
+            tally.dropped[source] = tally.spent[source] = 0
+        rank = source_rank.get(source)
+        if rank is None:
+            unenabled.append((source, position, item))
+            continue
+        # (class, policy rank, place in source) is unique, so items are never compared
+        ordered.append((_CLASS_RANK[item.kind], rank, position, item))
+    for _, _, item in sorted(unenabled, key=itemgetter(0, 1)):
+        tally.drop(item, NOT_ENABLED, SOURCE_NOT_ENABLED)
+    ordered.sort()
+    return ordered
+
+
+def _spend(
+    ordered: list[_Ordered], policy: ContextPolicy, tally: _Tally
+) -> tuple[dict[ContextKind, list[_Line]], int]:
+    """3. Precedence before spend: the first item of a subject key wins it; 4. each item that
+    fits what is left of its source's budget and of the total is rendered and kept. The kept
+    lines by section, and the tokens they and their headings spent."""
+    budgets: dict[str, int] = {}
+    for spec in policy.sources:
+        if spec.enabled:
+            budgets.setdefault(spec.name, spec.token_budget)
+    spent, total, limit = tally.spent, 0, policy.total_token_budget
+    keys: dict[str, ContextItem] = {}  # each subject key's winner
+    sections: dict[ContextKind, list[_Line]] = {}
+    for _, _, _, item in ordered:
+        key = item.subject_key
+        if key:  # an empty key is no key
+            winner = keys.get(key)
+            if winner is not None:
+                tally.drop(item, OUTRANKED, _lost_to(winner))
+                continue
+            keys[key] = item
+        kind, source = item.kind, item.source
+        if spent[source] >= budgets[source] or total >= limit:
+            # every line costs at least one token: skip the render
+            tally.drop(item, OVER_SOURCE if spent[source] >= budgets[source] else OVER_TOTAL)
+            continue
+        cites_ref = item.ref is not None and written_as_stored(item.ref)
+        line, charge = _render(item, cites_ref)
+        heading = 0 if kind in sections else _HEADING_TOKENS[kind]
+        if spent[source] + charge > budgets[source] or total + heading + charge > limit:
+            over = OVER_SOURCE if spent[source] + charge > budgets[source] else OVER_TOTAL
+            tally.drop(item, over)
+            continue
+        if tally.entries is not None:
+            tally.entries.append(_entry(item, KEPT, charge))
+        spent[source] += charge
+        total += heading + charge
+        sections.setdefault(kind, []).append((item.rank_in_section, line, item, cites_ref))
+    return sections, total
+
+
+def _layout(
+    sections: dict[ContextKind, list[_Line]], page_order: Sequence[ContextKind]
+) -> tuple[list[str], list[ResourceRef]]:
+    """5. The sections in page order, each under its heading, its lines by rank (stable: equal
+    ranks keep spend order); and the refs the text cites, each once, in the order cited."""
+    lines: list[str] = []
+    cited: list[ResourceRef] = []
+    cited_keys: set[tuple[str, str]] = set()
+    for kind in _section_order(page_order):
+        section = sections.get(kind)
+        if not section:
+            continue
+        section.sort(key=itemgetter(0))
+        lines.append(SECTION_HEADINGS[kind])
+        for _, line, item, cites_ref in section:
+            lines.append(line)
+            own = [item.ref] if item.ref is not None and cites_ref else []
+            for ref in own + [r for r in item.body_refs if written_as_stored(r)]:
+                if (ref.kind, ref.id) not in cited_keys:
+                    cited_keys.add((ref.kind, ref.id))
+                    cited.append(ref)
+    return lines, cited
 
 
 def _ref_text(ref: ResourceRef | None) -> str | None:

@@ -290,66 +290,49 @@ class Ingestion:
         address = parse(upload.object) if upload.object is not None else None
         if address is not None:
             self.reader.check(address, upload.organization_id)
-        uri = upload.uri
-        object_key = None
-        kind = "inline"
-        if address is not None:
-            kind = address.scheme
-            if address.scheme == "s3":
-                object_key = address.object_key
-            else:
-                uri = upload.object
-        new = NewSource(
-            kind=kind,
-            title=upload.title,
-            uri=uri,
-            object_key=object_key,
-            media_type=upload.media_type,
-            reply_to=upload.reply_to,
-            correlation_id=upload.correlation_id,
+        opened = await self.repository.open_upload(
+            upload.organization_id, upload.upload_key, _new_source(upload, address)
         )
-        opened = await self.repository.open_upload(upload.organization_id, upload.upload_key, new)
         if opened.started is not None and opened.started.replaced is not None:
             await replaced(opened.started.replaced)
-        state, active, switching = opened.source, opened.live_model, opened.next_model
+        state = opened.source
         if state is None:  # handled before, and its document deleted since
             return Prepared(_deleted(upload.title), [])
         if state.upload_key != upload.upload_key:  # a redelivery, after a later upload
             return Prepared(state, [], superseded=Superseded(state.id, state.generation))
         if state.status != "pending":
             return Prepared(state, [])
-        targets = [active] if switching is None else [active, switching]
-        size_bytes = None
+        live, switching = opened.live_model, opened.next_model
+        targets = [live] if switching is None else [live, switching]
         quotas = opened.quotas
+        quota, size_bytes = quotas.chunks_per_document, None
         try:
             if state.sections is None:
                 data = await self._content(upload, address)
                 size_bytes = len(data)
                 cut = await self._cut(
-                    state.title,
-                    targets,
-                    document=data,
-                    media_type=upload.media_type,
-                    quota=quotas.chunks_per_document,
+                    state.title, targets, document=data, media_type=upload.media_type, quota=quota
                 )
             else:
-                cut = await self._cut(
-                    state.title,
-                    targets,
-                    sections=state.sections,
-                    quota=quotas.chunks_per_document,
-                )
+                cut = await self._cut(state.title, targets, sections=state.sections, quota=quota)
         except (ExtractionError, ObjectError) as error:
             return await self._fail(state, str(error))
         except ObjectUnavailable as error:
             if not last_attempt:
                 raise
             return await self._fail(state, f"{error} (after the last attempt)")
+        return await self._record(state, cut, size_bytes, quotas.stored_chunks)
+
+    async def _record(
+        self, state: SourceState, cut: Cut, size_bytes: int | None, stored_chunks: int | None
+    ) -> Prepared:
+        """The cut text recorded (unless an earlier handling of this upload did), then its
+        batches; a source an admin deleted meanwhile, or one superseded, yields none."""
         if state.sections is None:
             counts = {model: len(chunks) for model, chunks in cut.chunks.items()}
             try:
                 current = await self.repository.record_text(
-                    state, cut.sections, counts, size_bytes, stored_chunks=quotas.stored_chunks
+                    state, cut.sections, counts, size_bytes, stored_chunks=stored_chunks
                 )
             except OverQuota as error:
                 return await self._fail(state, str(error))
@@ -473,6 +456,27 @@ class Ingestion:
 
     async def _fail(self, state: SourceState, reason: str) -> Prepared:
         return await self.give_up(Prepared(state, []), reason)
+
+
+def _new_source(upload: Upload, address: ObjectAddress | None) -> NewSource:
+    """The source row an upload opens: inline, or the object it names (an ``s3://`` object
+    by its key, a ``file://`` one by its URI)."""
+    uri, object_key, kind = upload.uri, None, "inline"
+    if address is not None:
+        kind = address.scheme
+        if address.scheme == "s3":
+            object_key = address.object_key
+        else:
+            uri = upload.object
+    return NewSource(
+        kind=kind,
+        title=upload.title,
+        uri=uri,
+        object_key=object_key,
+        media_type=upload.media_type,
+        reply_to=upload.reply_to,
+        correlation_id=upload.correlation_id,
+    )
 
 
 def _deleted(title: str, state: SourceState | None = None) -> SourceState:
