@@ -110,8 +110,8 @@ async def main() -> None:
     rest = set(everything) - encoder_cores
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-    name = database_name("bench_ingest", args.smoke)
-    seeded = await prepare(name, 0)
+    database = database_name("bench_ingest", args.smoke)
+    seeded = await prepare(database, 0)
     organization = uuid.uuid4()
     admin = await asyncpg.connect(seeded.admin_url)
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'bench')", organization)
@@ -279,7 +279,7 @@ async def main() -> None:
         f"peak RSS: upload consumer {rss['upload']:.0f} MB, embedding consumer "
         f"{rss['embed']:.0f} MB (target < 1,500 MB)"
     )
-    await drop(seeded.stack, name)
+    await drop(seeded.stack, database)
     if args.smoke and ready < len(docs):
         raise SystemExit(f"smoke: {len(docs) - ready} of {len(docs)} documents not ready")
 

@@ -837,7 +837,7 @@ async def main() -> None:
     if args.smoke:  # the smoke sizes, unless given; its figures mean little
         parser.set_defaults(**SMOKE)
         args = parser.parse_args()
-    name = database_name(DATABASE, args.smoke)
+    database = database_name(DATABASE, args.smoke)
     rates = {"build": args.build_rate, "memory": args.memory_rate, "upload": args.upload_rate}
     load = ", ".join(f"{kind} {rate:g}/s" for kind, rate in rates.items())
     renewed = f"every {args.rotate_s:g} s" if args.rotate_s > 0 else "never"
@@ -848,7 +848,7 @@ async def main() -> None:
         f"CPU flags: {cpu_flags()}",
         flush=True,
     )
-    seeded = await prepare(name, args.organizations)
+    seeded = await prepare(database, args.organizations)
     bootstrap = seeded.stack.bootstrap_servers
     tag = uuid.uuid4().hex[:8]
     topics = TopicSettings.model_construct(
@@ -925,7 +925,7 @@ async def main() -> None:
         print(f"consumer logs in {fleet.logs}, warning/error lines: {', '.join(logged)}")
         await delete_topics(bootstrap, [spec.name for spec in all_topics(topics)])
         await delete_topics(bootstrap, [t for r in rotations for t in r.reply_topics])
-        await drop(seeded.stack, name)
+        await drop(seeded.stack, database)
 
 
 if __name__ == "__main__":

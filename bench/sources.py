@@ -53,9 +53,9 @@ async def main() -> None:
     if args.smoke:  # the smoke sizes, unless given; its figures mean little
         parser.set_defaults(**SMOKE)
         args = parser.parse_args()
-    name = database_name(DATABASE, args.smoke)
+    database = database_name(DATABASE, args.smoke)
 
-    seeded = await prepare(name, args.organizations)
+    seeded = await prepare(database, args.organizations)
     orgs, url = seeded.orgs, seeded.url
 
     queries: dict[str, int] = {}
@@ -110,7 +110,7 @@ async def main() -> None:
         print(f"  {name:<40} {n:.2f}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process: {peak:.0f} MB")
-    await drop(seeded.stack, name)
+    await drop(seeded.stack, database)
 
 
 if __name__ == "__main__":
