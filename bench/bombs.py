@@ -1,6 +1,6 @@
 """Hostile documents: CPU time and peak memory of extraction, against the readers they replaced.
 
-    python -m bench.bombs [--quick]
+    python -m bench.bombs [--quick] [--smoke]
 
 Each document is read in a fresh process (so each peak RSS is its own) three ways:
 
@@ -11,7 +11,9 @@ Each document is read in a fresh process (so each peak RSS is its own) three way
   consumer's path: a worker process, its limits, the chunking for the default model), wall time.
 
 A baseline is stopped at ``--budget`` seconds of CPU (its figure then reads ``>``). Figures go
-to docs/knowledge.md; state the CPU beside them (``/proc/cpuinfo``).
+to docs/knowledge.md; state the CPU beside them (``/proc/cpuinfo``). ``--smoke``: each kind of
+document at a small size, every way, in seconds (tests/integration/test_bench_smoke.py); its
+figures mean little.
 """
 
 from __future__ import annotations
@@ -36,7 +38,17 @@ from tests.documents import flat_tags_html, memory_bomb_pdf, nesting_bomb_html, 
 UNBOUNDED = Limits(max_chars=10**9, max_bytes=10**9)
 
 
-def documents(quick: bool) -> dict[str, tuple[Callable[[], bytes], str]]:
+def documents(quick: bool, smoke: bool = False) -> dict[str, tuple[Callable[[], bytes], str]]:
+    if smoke:
+        return {
+            "200 nested paragraphs": (lambda: nesting_bomb_html(200), "text/html"),
+            "50 pages sharing one 100 KB stream": (
+                lambda: shared_stream_pdf(50, text_lines=1),
+                "application/pdf",
+            ),
+            "100 KB of unclosed tags": (lambda: flat_tags_html(100_000), "text/html"),
+            "4 pages inflating to 80 MB": (lambda: memory_bomb_pdf(pages=4), "application/pdf"),
+        }
     nesting = (2_000, 5_000) if quick else (2_000, 5_000, 20_000)
     docs: dict[str, tuple[Callable[[], bytes], str]] = {
         f"{n:,} nested paragraphs": (lambda n=n: nesting_bomb_html(n), "text/html")  # type: ignore[misc]
@@ -80,8 +92,8 @@ def before_pdf(data: bytes) -> int:
 # ------------------------------------------------------------------------------- one run
 
 
-def _measure(how: str, name: str, quick: bool, budget: float) -> dict[str, Any]:
-    make, media_type = documents(quick)[name]
+def _measure(how: str, name: str, quick: bool, budget: float, smoke: bool) -> dict[str, Any]:
+    make, media_type = documents(quick, smoke)[name]
     data = make()
     resource.setrlimit(resource.RLIMIT_CPU, (int(budget) + 1, int(budget) + 2))
     started = time.process_time()
@@ -103,11 +115,15 @@ def _measure(how: str, name: str, quick: bool, budget: float) -> dict[str, Any]:
     }
 
 
-def in_child(how: str, name: str, quick: bool, budget: float) -> dict[str, Any]:
+def in_child(how: str, name: str, quick: bool, budget: float, smoke: bool) -> dict[str, Any]:
     command = [sys.executable, "-m", "bench.bombs", "--child", how, name, "--budget", str(budget)]
     if quick:
         command.append("--quick")
+    if smoke:
+        command.append("--smoke")
     done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0 and smoke:  # small documents: a child that fails is broken
+        raise SystemExit(f"{how} {name}: exit {done.returncode}: {done.stderr[-2000:]}")
     if done.returncode != 0:
         return {"cpu_s": budget, "peak_mb": float("nan"), "outcome": f"> {budget:g} s", "bytes": 0}
     result: dict[str, Any] = json.loads(done.stdout)
@@ -132,18 +148,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="bench.bombs")
     parser.add_argument("--quick", action="store_true", help="skip the 20,000-level document")
     parser.add_argument("--budget", type=float, default=120.0, help="CPU seconds per baseline")
+    parser.add_argument(
+        "--smoke", action="store_true", help="small documents, every way, in seconds; budget 10 s"
+    )
     parser.add_argument("--child", nargs=2, metavar=("HOW", "DOCUMENT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.smoke:  # its budget, unless given
+        parser.set_defaults(budget=10.0)
+        args = parser.parse_args()
     if args.child:
         how, name = args.child
-        print(json.dumps(_measure(how, name, args.quick, args.budget)))
+        print(json.dumps(_measure(how, name, args.quick, args.budget, args.smoke)))
         return
     flags = _cpu_flags()
     print(f"CPU flags: {flags or 'none of amx/avx512_bf16'}; default sandbox limits")
     print(f"{'document':40s} {'size':>9s} | {'before':>18s} | {'now':>18s} | sandbox (wall)")
-    for name, (make, media_type) in documents(args.quick).items():
-        before = in_child("before", name, args.quick, args.budget)
-        now = in_child("now", name, args.quick, args.budget)
+    for name, (make, media_type) in documents(args.quick, args.smoke).items():
+        before = in_child("before", name, args.quick, args.budget, args.smoke)
+        now = in_child("now", name, args.quick, args.budget, args.smoke)
         wall, outcome = asyncio.run(through_sandbox(make(), media_type))
         print(
             f"{name:40s} {now['bytes'] / 1e3:7.0f}KB | "

@@ -1,7 +1,7 @@
 """A hop through the broker at the tail of a long partition: how the time from a record's
 produce to its consumer's receipt grows with the records the partition already holds.
 
-    python -m bench.broker_tail [--records 0 10000 20000 40000] [--seconds 4]
+    python -m bench.broker_tail [--records 0 10000 20000 40000] [--seconds 4] [--smoke]
 
 For each size: a topic of one partition of its own, filled with that many records of 1.5 KB
 (a build request's size); a consumer (the dev stack's 2 ms long poll) placed at its end, then a
@@ -9,7 +9,8 @@ producer sends 20 pings a second for ``--seconds``, each timed from its send to 
 receipt. Apache Kafka finds an offset through its index, whatever the partition's length;
 Tansu's memory storage (the dev broker) measured otherwise, and a bench whose flood fills a
 partition measures that too (docs/performance.md, issue 33's ``builds``). Prints figures;
-never passes or fails.
+never passes or fails. ``--smoke``: ``--records 0 1000 --seconds 1``, with every ping read (or
+it exits non-zero).
 """
 
 from __future__ import annotations
@@ -85,15 +86,27 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
+SMOKE = {"records": [0, 1_000], "seconds": 1.0}
+"""``--smoke``: the sizes of a smoke run (tests/integration/test_bench_smoke.py)."""
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.broker_tail", description=__doc__)
     parser.add_argument("--records", type=int, nargs="+", default=[0, 10_000, 20_000, 40_000])
     parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the smoke sizes, unless given
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
     report = await DevStack().up(all_topics(TopicSettings()))  # started if it was not
     bootstrap = report.addresses.bootstrap_servers
     for records in args.records:
         hops = await tail_hop(bootstrap, records, args.seconds)
+        if args.smoke and len(hops) < args.seconds * PINGS_PER_S / 2:
+            raise SystemExit(f"smoke: {len(hops)} pings read after {records:,} records")
         if not hops:
             continue
         print(

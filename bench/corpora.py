@@ -223,13 +223,15 @@ def tuning() -> Corpus:
     )
 
 
-def held_out() -> Corpus:
+def held_out(pages: int | None = None) -> Corpus:
+    """The held-out set; with ``pages``, only the first that many pages of each folder (a smoke
+    run's: reading the whole documentation takes most of a minute)."""
     html = fetch() / "python3.11/html"
     pairs: list[tuple[Question, Document]] = []
-    for page in sorted((html / "faq").glob("*.html")):
-        if page.name != "index.html":
-            pairs += faq_answers(page, f"python-faq-{page.stem}")
+    faqs = [page for page in sorted((html / "faq").glob("*.html")) if page.name != "index.html"]
+    for page in faqs[:pages]:
+        pairs += faq_answers(page, f"python-faq-{page.stem}")
     distractors: list[Document] = []
     for part in ("tutorial", "howto", "library", "reference", "using", "extending"):
-        distractors += _manuals(sorted((html / part).glob("*.html")), f"python-{part}-")
+        distractors += _manuals(sorted((html / part).glob("*.html"))[:pages], f"python-{part}-")
     return Corpus("held-out", (_part("python", pairs, distractors),))

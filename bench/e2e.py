@@ -11,6 +11,7 @@ settled: Tansu's memory storage costs more CPU per record the longer a partition
 so a long run on one topic would measure the broker's history, not the step.
 
     .venv/bin/python -m bench.e2e [--baseline DIR] [--organizations 20] [--seconds 10]
+    .venv/bin/python -m bench.e2e --smoke   # every step at one low rate, a second each
 
 For each target (this code, and with ``--baseline`` the code checked out in DIR, e.g. a git
 worktree of an earlier commit, measured in the same run):
@@ -56,6 +57,7 @@ from bench.seeded import (
     TYPICAL_POLICY,
     Org,
     Seeded,
+    database_name,
     drop,
     prepare,
     request_for,
@@ -468,7 +470,7 @@ class Figures:
 
 @contextmanager
 def fresh_step(
-    target: Target, count: int, orgs: list[Org], workload: str, rate: float = 20
+    target: Target, count: int, orgs: list[Org], workload: str, rate: float = 20, warm_s: float = 4
 ) -> Iterator[Step]:
     """New topics, a new group and ``count`` new consumer processes, warmed up: 4 s at 20
     requests a second, then 1 s at the step's ``rate``, answered before the step starts, so
@@ -490,8 +492,8 @@ def fresh_step(
     make = request_maker(orgs, reply_topic, workload, KNOWLEDGE[0] if KNOWLEDGE else None)
     try:
         with consumers(target, topic, reply_prefix, count) as running:
-            for warm_rate, warm_s in ((20.0, 4.0), (rate, 1.0)):
-                warm = open_loop(client, topic, make, rate=warm_rate, seconds=warm_s, wait_s=60)
+            for warm_rate, seconds in ((20.0, warm_s), (rate, 1.0)):
+                warm = open_loop(client, topic, make, rate=warm_rate, seconds=seconds, wait_s=60)
                 if warm.answered < warm.sent:
                     raise RuntimeError(f"{target.label}: the warm-up was not answered")
             settle_group(running, legacy=target.legacy)
@@ -531,14 +533,14 @@ class Step:
 def measure(target: Target, orgs: list[Org], args: argparse.Namespace, workload: str) -> Figures:
     figures = Figures()
     figures.add(f"== {target.label}, workload {workload}")
-    with fresh_step(target, 1, orgs, workload) as step:
+    with fresh_step(target, 1, orgs, workload, warm_s=args.warm_up) as step:
         seq = sequential(step.client, step.topic, step.make, args.sequential)
         figures.add(seq.line("sequential round trip"))
         figures.values["sequential_p50"] = seq.percentile(0.5)
         figures.values["sequential_p99"] = seq.percentile(0.99)
 
     def one(count: int, rate: float, label: str, *, record: bool = False) -> Run:
-        with fresh_step(target, count, orgs, workload, rate) as step:
+        with fresh_step(target, count, orgs, workload, rate, args.warm_up) as step:
             cpu, before = cpu_seconds(), step.scrape(target.legacy)
             run = open_loop(step.client, step.topic, step.make, rate=rate, seconds=args.seconds)
             figures.add(run.line(label))
@@ -661,6 +663,19 @@ def against_transport(
                 print(f"{'peak RSS, consumer ' + key[4:]:<48} {values[key]:9.0f} MB")
 
 
+SMOKE = {
+    "organizations": 2,
+    "seconds": 1.0,
+    "sequential": 10,
+    "rates": [20.0],
+    "ladder": [20.0],
+    "processes": [2],
+    "warm_up": 1.0,
+}
+"""``--smoke``: the sizes of a smoke run (tests/integration/test_bench_smoke.py): each step
+(sequential, a fixed rate, the ladder, with two processes) of each workload, one rate each."""
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--baseline", type=Path, help="a checkout of an earlier commit")
@@ -699,9 +714,19 @@ def main() -> None:
         type=lambda s: [float(x) for x in s.split(",") if x],
         default=[50 * step for step in range(1, 21)],
     )
+    parser.add_argument(
+        "--warm-up", type=float, default=4.0, help="seconds at 20 requests/s before each step"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
+    name = database_name("bench_e2e", args.smoke)
 
-    seeded = asyncio.run(prepare("bench_e2e", args.organizations))
+    seeded = asyncio.run(prepare(name, args.organizations))
     BOOTSTRAP.append(seeded.stack.bootstrap_servers)
     if "full" in args.workloads:
         KNOWLEDGE.append(knowledge_for(seeded, args.chunks))
@@ -732,7 +757,7 @@ def main() -> None:
             results.append(by_workload[args.workloads[-1]])
             against_transport(target.label, by_workload, args)
     finally:
-        asyncio.run(drop(seeded.stack, "bench_e2e"))
+        asyncio.run(drop(seeded.stack, name))
         if args.baseline is not None:
             asyncio.run(drop(seeded.stack, "bench_e2e_baseline"))
     if len(results) == 2:

@@ -8,13 +8,18 @@ session timeouts (the broker waits that long for a silent member, then rebalance
 membership (the killed process restarts at once under the same ``group.instance.id``). Prints
 figures; never passes or fails.
 
-    .venv/bin/python -m bench.failover [--rounds 2]
+    .venv/bin/python -m bench.failover [--rounds 2] [--smoke]
+
+``--smoke``: one round of the quickest configuration (session 3 s: the others wait longer for
+the same steps), on a database of its own; a round whose requests were never all answered exits
+non-zero (tests/integration/test_bench_smoke.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
 import signal
 import statistics
@@ -26,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 
 from bench.e2e import BOOTSTRAP, ROOT, Client, free_port, request_maker
-from bench.seeded import drop, prepare
+from bench.seeded import database_name, drop, prepare
 from broker.topics import TopicSpec, ensure_topics
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
 
@@ -146,12 +151,17 @@ def one_round(setup: Setup, url: str, make_for: object) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--smoke", action="store_true", help="one round of session 3 s")
     args = parser.parse_args()
-    seeded = asyncio.run(prepare("bench_failover", 3))
+    if args.smoke:  # its rounds, unless given
+        parser.set_defaults(rounds=1)
+        args = parser.parse_args()
+    name = database_name("bench_failover", args.smoke)
+    seeded = asyncio.run(prepare(name, 3))
     BOOTSTRAP.append(seeded.stack.bootstrap_servers)
     os.environ["CONTEXTCORE_KAFKA_FETCH_MAX_WAIT_MS"] = str(TANSU_FETCH_MAX_WAIT_MS)
     try:
-        for setup in SETUPS:
+        for setup in [SETUPS[2]] if args.smoke else SETUPS:
             times = [
                 one_round(setup, seeded.url, lambda t: request_maker(seeded.orgs, t, "typical"))
                 for _ in range(args.rounds)
@@ -161,8 +171,10 @@ def main() -> None:
                 f"{statistics.median(times):5.1f} s  ({', '.join(f'{t:.1f}' for t in times)})",
                 flush=True,
             )
+            if args.smoke and not all(math.isfinite(t) for t in times):
+                raise SystemExit(f"smoke: {setup.label}: requests never answered")
     finally:
-        asyncio.run(drop(seeded.stack, "bench_failover"))
+        asyncio.run(drop(seeded.stack, name))
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """Fair shares under noisy neighbours (issue 33): each scenario runs a victim organization B
 alone, then beside organization A's flood, in one run, and prints both and their ratio.
 
-    python -m bench.fairness [--only erasure|ingestion|builds|interactive|huge] [--quick]
+    python -m bench.fairness [--only erasure|ingestion|builds|interactive|huge] [--smoke]
                              [--seconds 8] [--revisions 10000] [--rate 50] [--documents 5000]
                              [--capacity-seconds 5] [--ingest-documents 2000]
                              [--sections 100000] [--flood 3] [--quota-share 0.25]
                              [--flood-idle]
 
-Without ``--only``, every scenario, in this order. ``--quick`` shrinks every size (a smoke run
-of a scenario takes a minute or two; its figures mean little); a size given beside it wins.
+Without ``--only``, every scenario, in this order. ``--smoke`` (or ``--quick``) shrinks every
+size and wait (every scenario in seconds, as tests/integration/test_bench_smoke.py runs it; its
+figures mean little); a size given beside it wins.
 
 * ``erasure``: A's operator erases one user's ``--revisions`` memories (each written through the
   memory service, so each has its journal row) while B's agents write memories at ``--rate``
@@ -21,7 +22,7 @@ of a scenario takes a minute or two; its figures mean little); a size given besi
 
 * ``ingestion``: A uploads ``--documents`` one-passage documents at once through its
   ``KnowledgeClient`` (B has its own) to a running upload consumer and embedding consumer
-  (their own processes); 10 s later B uploads one document, three times in a row. B's
+  (their own processes); ``--delay`` (10) s later B uploads one document, three times in a row. B's
   upload-to-``ready`` alone and beside A's flood; A's documents per second alone and beside B.
   Target: B beside at most twice B alone plus the longest single encode of the flood (printed:
   an encode of as many of the flood's passages as one encode merges, on this machine, with the
@@ -55,12 +56,12 @@ of a scenario takes a minute or two; its figures mean little); a size given besi
 
 * ``huge`` (target 4): A uploads one Markdown document of ``--sections`` short sections (100,000:
   about 3.5 MB) by reference, through the upload consumer's file root (it does not fit a record);
-  10 s later B uploads a one-chunk document, three times in a row. B's upload-to-``ready``
-  alone (before A's upload) and beside; what became of A's document: the upload consumer's
-  chunk limit (``CONTEXTCORE_UPLOAD_MAX_DOCUMENT_CHUNKS``, 10,000) should fail it, with the
-  reason, before any chunk is stored (printed: its status and reason, the seconds to them, A's
-  chunks stored). Target: B beside at most twice B alone plus the longest single encode of the
-  flood (as many of A's sections as one encode merges).
+  ``--delay`` (10) s later B uploads a one-chunk document, three times in a row. B's
+  upload-to-``ready`` alone (before A's upload) and beside; what became of A's document: the
+  upload consumer's chunk limit (``CONTEXTCORE_UPLOAD_MAX_DOCUMENT_CHUNKS``, 10,000) should fail
+  it, with the reason, before any chunk is stored (printed: its status and reason, the seconds to
+  them, A's chunks stored). Target: B beside at most twice B alone plus the longest single encode
+  of the flood (as many of A's sections as one encode merges).
 
 Prints figures; never passes or fails. CPU flags beside the figures (they differ between
 machines; compare the ratios of one run).
@@ -104,7 +105,16 @@ from bench.processes import (
     start_consumer,
     tree_cpu_seconds,
 )
-from bench.seeded import FULL_POLICY, TYPICAL_POLICY, Org, drop, prepare, request_for, seed
+from bench.seeded import (
+    FULL_POLICY,
+    TYPICAL_POLICY,
+    Org,
+    database_name,
+    drop,
+    prepare,
+    request_for,
+    seed,
+)
 from broker.settings import TopicSettings
 from broker.topics import (
     TopicSpec,
@@ -548,7 +558,7 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
         "CONTEXTCORE_EMBED_CPU_POLICY": "normal",
     }
     # the held-out passages (4,500); the flood reuses them past that, each upload a document
-    texts = [text.decode() for _, text in passages(args.documents + 20)]
+    texts = [text.decode() for _, text in passages(args.documents + 20, 2 if args.smoke else None)]
     flood = [texts[i % (len(texts) - 20)] for i in range(args.documents)]
     own = texts[-20:]
     embed_port = free_port()
@@ -575,7 +585,7 @@ async def ingestion(url: str, owner_url: str, admin: asyncpg.Connection, args: N
             if await asyncio.to_thread(channel.recv) != "started":
                 raise RuntimeError("A's flood did not start")
             if label == "beside":
-                await asyncio.sleep(10)
+                await asyncio.sleep(args.delay)
                 before = await asyncio.to_thread(scrape)
                 for text in own[3:6]:
                     b_times.append(await b_upload(text))
@@ -1379,7 +1389,8 @@ async def interactive(url: str, owner_url: str, admin: asyncpg.Connection, args:
     a, b = uuid.uuid4(), Org()
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'A')", a)
     await seed(admin, [b])
-    corpus = await asyncio.to_thread(held_out)  # A's documents: the held-out passages
+    # A's documents: the held-out passages (a smoke's: of a few pages)
+    corpus = await asyncio.to_thread(held_out, 2 if args.smoke else None)
     texts = [d.text for d in corpus.documents][: B_DOCUMENTS + args.ingest_documents]
     turns_by = {
         "typical": turns(b, 4),
@@ -1490,7 +1501,7 @@ async def b_beside_huge(
         alone = [await b_upload() for _ in range(6)]
         stage = FileStage(document.parent)
         huge_upload = asyncio.create_task(upload_document(a_client, a, document, stage))
-        await asyncio.sleep(HUGE_DELAY_S)
+        await asyncio.sleep(args.delay)
         beside = [await b_upload() for _ in range(3)]
         outcome = await huge_upload
     return (
@@ -1534,7 +1545,7 @@ async def huge(url: str, owner_url: str, admin: asyncpg.Connection, args: Namesp
     longest = longest_encode_ms([f"Section {i}\nshort text {i}" for i in range(ENCODE_MERGES)])
     print(
         f"  A's document, {args.sections:,} sections, {megabytes:,.1f} MB: {outcome.status} "
-        f"{outcome.seconds:,.1f} s after its upload (B's uploads began at {HUGE_DELAY_S:g} s): "
+        f"{outcome.seconds:,.1f} s after its upload (B's uploads began at {args.delay:g} s): "
         f"{outcome.reason}"
     )
     kept = "no source row" if source is None else f"{source['status']}: {source['status_reason']}"
@@ -1553,15 +1564,17 @@ SCENARIOS = {
     "interactive": interactive,
     "huge": huge,
 }
-QUICK = {
-    "seconds": 3.0,
-    "revisions": 1_000,
-    "documents": 300,
-    "capacity_seconds": 3.0,
-    "ingest_documents": 300,
-    "sections": 20_000,
+SMOKE = {
+    "seconds": 1.5,
+    "revisions": 100,
+    "documents": 20,
+    "capacity_seconds": 1.0,
+    "ingest_documents": 20,
+    "sections": 12_000,
+    "delay": 2.0,
 }
-"""``--quick``: the sizes of a smoke run (20,000 sections still pass the chunk limit)."""
+"""``--smoke`` (``--quick``): the sizes of a smoke run, every scenario in seconds; its figures
+mean little (12,000 sections still pass the chunk limit)."""
 
 
 def arguments() -> Namespace:
@@ -1571,7 +1584,15 @@ def arguments() -> Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--only", choices=list(SCENARIOS), action="append")
-    parser.add_argument("--quick", action="store_true", help=f"smaller sizes: {QUICK}")
+    parser.add_argument(
+        "--smoke", "--quick", action="store_true", help=f"tiny sizes: {SMOKE} (a size given wins)"
+    )
+    parser.add_argument(
+        "--delay",
+        type=float,
+        default=HUGE_DELAY_S,
+        help="ingestion and huge: seconds from A's upload to B's first upload beside it",
+    )
     parser.add_argument("--revisions", type=int, default=10_000, help="A's erased revisions")
     parser.add_argument("--rate", type=float, default=50, help="B's memory writes per second")
     parser.add_argument("--seconds", type=float, default=8, help="each of B's phases")
@@ -1603,15 +1624,15 @@ def arguments() -> Namespace:
         "diagnostic of what the sender takes from two cores; the target's figure is without it)",
     )
     args = parser.parse_args()
-    if args.quick:  # the quick sizes, unless given
-        parser.set_defaults(**QUICK)
+    if args.smoke:  # the smoke sizes, unless given
+        parser.set_defaults(**SMOKE)
         args = parser.parse_args()
     return args
 
 
 async def main() -> None:
     args = arguments()
-    name = "bench_fairness"
+    name = database_name("bench_fairness", args.smoke)
     seeded = await prepare(name, 0)
     args.bootstrap = seeded.stack.bootstrap_servers
     admin = await asyncpg.connect(seeded.admin_url)

@@ -3,6 +3,7 @@
     python -m bench.ingest [--documents 60] [--backend openvino]
     python -m bench.ingest --small 4000     # many one-passage documents instead
     python -m bench.ingest --encoder-cores 1  # the embedding group on cores of its own
+    python -m bench.ingest --smoke            # every phase at tiny sizes, in seconds
 
 Uploads real documentation (git's HTML manual pages, package ``git-doc``, fetched by
 ``bench.corpora``) through the upload topic to a running upload consumer and embedding consumer
@@ -50,7 +51,7 @@ from bench.processes import (
     tree_cpu_seconds,
 )
 from bench.quality import cpu_flags
-from bench.seeded import drop, prepare
+from bench.seeded import database_name, drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, upload_topics
 from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
@@ -63,12 +64,16 @@ def documents(count: int) -> list[tuple[str, bytes]]:
     return [(page.stem, page.read_bytes()) for page in pages]
 
 
-def passages(count: int) -> list[tuple[str, bytes]]:
-    """``count`` passages of the Python documentation (the held-out set's documents), each a
-    document of its own, as a help centre's articles are uploaded one by one."""
-    return [(f"passage-{i:05d}", d.text.encode()) for i, d in enumerate(held_out().documents)][
-        :count
-    ]
+def passages(count: int, pages: int | None = None) -> list[tuple[str, bytes]]:
+    """``count`` passages of the Python documentation (the held-out set's documents, of its
+    first ``pages`` pages per folder if given), each a document of its own, as a help centre's
+    articles are uploaded one by one."""
+    documents = held_out(pages).documents
+    return [(f"passage-{i:05d}", d.text.encode()) for i, d in enumerate(documents)][:count]
+
+
+SMOKE = {"documents": 2}
+"""``--smoke``: the sizes of a smoke run (tests/integration/test_bench_smoke.py)."""
 
 
 async def main() -> None:
@@ -91,7 +96,13 @@ async def main() -> None:
         help="that many cores for the embedding consumer and the raw encode alone (default: all "
         "processes share all cores)",
     )
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes, every phase: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
     everything = sorted(os.sched_getaffinity(0))
     if not 0 <= args.encoder_cores < len(everything):
         parser.error(f"--encoder-cores must leave a core of the {len(everything)} to the rest")
@@ -99,8 +110,8 @@ async def main() -> None:
     rest = set(everything) - encoder_cores
     from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-    name = "bench_ingest"
-    seeded = await prepare(name, 0)
+    database = database_name("bench_ingest", args.smoke)
+    seeded = await prepare(database, 0)
     organization = uuid.uuid4()
     admin = await asyncpg.connect(seeded.admin_url)
     await admin.execute("INSERT INTO organizations (id, name) VALUES ($1, 'bench')", organization)
@@ -134,7 +145,9 @@ async def main() -> None:
     }
     if args.embed_in_flight is not None:
         env["CONTEXTCORE_EMBED_MAX_IN_FLIGHT"] = str(args.embed_in_flight)
-    docs = passages(args.small) if args.small else documents(args.documents)
+    docs = (
+        passages(args.small, 2 if args.smoke else None) if args.small else documents(args.documents)
+    )
     media_type = "text/plain" if args.small else "text/html"
     print(f"{len(docs)} documents, {sum(len(d) for _, d in docs) / 1e6:.1f} MB of {media_type}")
     stack = DevStack()
@@ -266,7 +279,9 @@ async def main() -> None:
         f"peak RSS: upload consumer {rss['upload']:.0f} MB, embedding consumer "
         f"{rss['embed']:.0f} MB (target < 1,500 MB)"
     )
-    await drop(seeded.stack, name)
+    await drop(seeded.stack, database)
+    if args.smoke and ready < len(docs):
+        raise SystemExit(f"smoke: {len(docs) - ready} of {len(docs)} documents not ready")
 
 
 if __name__ == "__main__":

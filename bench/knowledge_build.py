@@ -1,6 +1,6 @@
 """Builds that read knowledge, through a running build consumer: latency and the consumer's RSS.
 
-    python -m bench.knowledge_build [--chunks 5000] [--builds 200]
+    python -m bench.knowledge_build [--chunks 5000] [--builds 200] [--smoke]
 
 One organization with ``--chunks`` chunks (real-derived vectors, as ``bench.search``) and its
 partial HNSW index; a build consumer in its own process (the query encoder it loads is the light
@@ -31,7 +31,7 @@ import numpy as np
 from bench.corpora import CACHE, tuning
 from bench.processes import peak_rss_mb, start_consumer
 from bench.search import seed, tenant_vectors
-from bench.seeded import drop, prepare
+from bench.seeded import database_name, drop, prepare
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import build_topics, ensure_topics
 from contextcore.knowledge.adapters import indexes
@@ -94,17 +94,29 @@ class Alone:
         return (time.perf_counter() - started) * 1000
 
 
+SMOKE = {"chunks": 500, "builds": 12, "passages": 300}
+"""``--smoke``: the sizes of a smoke run (tests/integration/test_bench_smoke.py); the figures
+skip 10 warm-up builds, so a few more than that."""
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.knowledge_build", description=__doc__)
     parser.add_argument("--chunks", type=int, default=5_000)
     parser.add_argument("--builds", type=int, default=200)
+    parser.add_argument("--passages", type=int, default=4_000, help="git-doc passages encoded")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes, every phase: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
-    rows = tenant_vectors(args.chunks)
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
+    rows = tenant_vectors(args.chunks, args.passages)
     questions = list(dict.fromkeys(q.text for q in tuning().questions))
     if args.builds > len(questions):  # a repeated question would be a cached query vector
         print(f"{len(questions)} distinct questions: {len(questions)} builds, not {args.builds}")
         args.builds = len(questions)
-    name = "bench_knowledge_build"
+    name = database_name("bench_knowledge_build", args.smoke)
     seeded = await prepare(name, 0)
     organization = uuid.uuid4()
     admin = await asyncpg.connect(seeded.admin_url)

@@ -1,7 +1,7 @@
 """Agent memory: writes end to end through Kafka, and the memory source at scale.
 
     python -m bench.memory [--writes 6000] [--window 64] [--reads 2000]
-                           [--skip-writes] [--skip-reads] [--skip-erase]
+                           [--skip-writes] [--skip-reads] [--skip-erase] [--smoke]
 
 1. ``remember`` calls per second, end to end (published, applied by a running memory consumer in
    its own process, answered on the reply topic), with 1, 4 and 16 concurrent producers (each a
@@ -15,7 +15,8 @@
    the VACUUM after it, and how long another tenant's write that arrives meanwhile takes.
 
 Targets on this 2-core machine: at least 1,000 writes/s end to end; source p99 under 10 ms;
-consumer RSS under 300 MB. Prints figures; never passes or fails.
+consumer RSS under 300 MB. Prints figures; never passes or fails. ``--smoke``: every phase at
+tiny sizes (seconds; the figures mean little), as tests/integration/test_bench_smoke.py runs it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import uuid
 import asyncpg
 
 from bench.processes import peak_rss_mb, start_consumer, tree_cpu_seconds
-from bench.seeded import drop, prepare
+from bench.seeded import database_name, drop, prepare
 from broker.settings import TopicSettings
 from broker.topics import ensure_topics, memory_topics
 from contextcore.memory.adapters.store import PostgresMemoryJournal
@@ -49,6 +50,18 @@ ORGANIZATIONS = 100
 PER_ORGANIZATION = 10_000
 DEFINITIONS = 4
 USERS = 10
+CHAINS = (200, 2_000, 10_000)
+WARM_UP = 2_000
+SMOKE = {
+    "writes": 64,
+    "window": 8,
+    "warm_up": 32,
+    "reads": 20,
+    "organizations": 4,
+    "memories": 200,
+    "chains": [20, 200],
+}
+"""``--smoke``: the sizes of a smoke run."""
 
 
 async def writes(
@@ -122,9 +135,12 @@ async def stored_bytes(admin: asyncpg.Connection) -> str:
     )
 
 
-async def seed_memories(admin: asyncpg.Connection, orgs: list[uuid.UUID]) -> None:
-    """10,000 live chains per organization, 1 in 10 with an older revision, 1 in 50 with a
-    tombstone after it (not live), 1 in 5 user memories, 1 in 20 naming a CRM company."""
+async def seed_memories(
+    admin: asyncpg.Connection, orgs: list[uuid.UUID], per_organization: int = PER_ORGANIZATION
+) -> None:
+    """10,000 live chains per organization (``per_organization``), 1 in 10 with an older
+    revision, 1 in 50 with a tombstone after it (not live), 1 in 5 user memories, 1 in 20 naming
+    a CRM company."""
     for org in orgs:
         await admin.execute(
             "INSERT INTO crm_companies (organization_id, id, name)"
@@ -162,7 +178,7 @@ async def seed_memories(admin: asyncpg.Connection, orgs: list[uuid.UUID]) -> Non
             FROM facts
             """,
             org,
-            PER_ORGANIZATION + PER_ORGANIZATION // 50,
+            per_organization + per_organization // 50,
         )
         # a newer revision for 1 in 10 chains; a tombstone for 1 in 50 (those are not live)
         await admin.execute(
@@ -222,7 +238,9 @@ async def reads(url: str, orgs: list[uuid.UUID], count: int) -> None:
         await pool.close()
 
 
-async def erasures(admin: asyncpg.Connection, owner_url: str, url: str) -> None:
+async def erasures(
+    admin: asyncpg.Connection, owner_url: str, url: str, sizes: list[int] | tuple[int, ...] = CHAINS
+) -> None:
     """``memory_erase`` of one user with n chains (a tenth with a second revision), timed, and
     how long a write of another tenant that arrives meanwhile waits for its lock."""
     pool = await asyncpg.create_pool(url, min_size=1, max_size=2)
@@ -230,7 +248,7 @@ async def erasures(admin: asyncpg.Connection, owner_url: str, url: str) -> None:
     service = MemoryService(PostgresMemoryJournal(TenantDatabase(pool)))
     person, definition = uuid.uuid4(), uuid.uuid4()
     try:
-        for chains in (200, 2_000, 10_000):
+        for chains in sizes:
             org, other = uuid.uuid4(), uuid.uuid4()
             await admin.executemany(
                 "INSERT INTO organizations (id, name) VALUES ($1, 'erase')", [(org,), (other,)]
@@ -309,11 +327,23 @@ async def main() -> None:
     parser.add_argument("--skip-writes", action="store_true")
     parser.add_argument("--skip-reads", action="store_true")
     parser.add_argument("--skip-erase", action="store_true")
+    parser.add_argument("--warm-up", type=int, default=WARM_UP, help="writes before the figures")
+    parser.add_argument("--organizations", type=int, default=ORGANIZATIONS)
+    parser.add_argument(
+        "--memories", type=int, default=PER_ORGANIZATION, help="live chains per organization"
+    )
+    parser.add_argument("--chains", type=int, nargs="+", default=list(CHAINS), help="erased")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes, every phase: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
-    name = "bench_memory"
+    if args.smoke:  # the smoke sizes, unless given
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
+    name = database_name("bench_memory", args.smoke)
     seeded = await prepare(name, 0)
     admin = await asyncpg.connect(seeded.admin_url)
-    orgs = [uuid.uuid4() for _ in range(ORGANIZATIONS)]
+    orgs = [uuid.uuid4() for _ in range(args.organizations)]
     await admin.executemany(
         "INSERT INTO organizations (id, name) VALUES ($1, 'bench')", [(o,) for o in orgs]
     )
@@ -350,7 +380,7 @@ async def main() -> None:
                 # warm-up, then statistics: a fresh, empty database plans its first statements
                 # for empty tables, and the first thousands of writes ran at half the rate
                 # (a production table has statistics)
-                await writes(bootstrap, topics, orgs, 4, 2_000, args.window)
+                await writes(bootstrap, topics, orgs, 4, args.warm_up, args.window)
                 await admin.execute("ANALYZE memories, memory_writes, organizations")
                 for producers in (1, 4, 16):
                     cpu = {p: tree_cpu_seconds(p) for p in (consumer.pid, postgres, tansu)}
@@ -378,16 +408,16 @@ async def main() -> None:
                 consumer.wait(60)
         if not args.skip_reads:
             started = time.perf_counter()
-            await seed_memories(admin, orgs)
+            await seed_memories(admin, orgs, args.memories)
             rows = await admin.fetchval("SELECT count(*) FROM memories")
             live = await admin.fetchval("SELECT count(*) FROM live_memories")
             print(
-                f"seeded {rows:,} revisions, {live:,} live, over {ORGANIZATIONS} organizations "
+                f"seeded {rows:,} revisions, {live:,} live, over {len(orgs)} organizations "
                 f"in {time.perf_counter() - started:.0f} s"
             )
             await reads(seeded.url, orgs, args.reads)
         if not args.skip_erase:
-            await erasures(admin, seeded.owner_url, seeded.url)
+            await erasures(admin, seeded.owner_url, seeded.url, args.chains)
     finally:
         await admin.close()
         await drop(seeded.stack, name)

@@ -8,10 +8,12 @@
 Targets (issue 3): 10,000 items packed in under 50 ms; builder overhead under 1 ms.
 
     .venv/bin/python bench/packer.py
+    .venv/bin/python -m bench.packer --smoke   # 100 and 1,000 items, few runs: seconds
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import statistics
@@ -111,13 +113,19 @@ async def builder_overhead(items_per_source: int, runs: int = 2000) -> tuple[flo
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.packer", description=__doc__)
+    parser.add_argument(
+        "--smoke", action="store_true", help="100 and 1,000 items, 3 packs, 50 builds: seconds"
+    )
+    args = parser.parse_args()
     packer = ContextPacker()
     print("packer, 10 sources:")
-    for count in (100, 1_000, 10_000):
+    for count in (100, 1_000) if args.smoke else (100, 1_000, 10_000):
         items, policy = make_items(count), make_policy(count)
         brief = packer.pack(items, policy)
         best, median = timings_ms(
-            lambda items=items, policy=policy: packer.pack(items, policy), repeat=30
+            lambda items=items, policy=policy: packer.pack(items, policy),
+            repeat=3 if args.smoke else 30,
         )
         kept = count - sum(brief.dropped.values())
         print(
@@ -125,7 +133,7 @@ def main() -> None:
             f"{count / best * 1000:>9,.0f} items/s at best (kept {kept}, {brief.tokens} tokens)"
         )
     for per_source in (0, 1, 10):
-        build_ms, pack_ms = asyncio.run(builder_overhead(per_source))
+        build_ms, pack_ms = asyncio.run(builder_overhead(per_source, 50 if args.smoke else 2000))
         print(
             f"builder, 10 instant sources x {per_source} items: build {build_ms:.3f} ms, "
             f"pack alone {pack_ms:.3f} ms, builder overhead {build_ms - pack_ms:.3f} ms "

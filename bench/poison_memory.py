@@ -1,6 +1,6 @@
 """What one hostile record can make a process hold: chunking and encoding, before and now.
 
-    python -m bench.poison_memory
+    python -m bench.poison_memory [--smoke]
 
 Each case runs in a fresh process (its peak RSS is its own), two ways in one run:
 
@@ -17,11 +17,14 @@ Each case runs in a fresh process (its peak RSS is its own), two ways in one run
   issue 32; ``now``: as shipped. The model's own memory is in both.
 
 Prints peak RSS (MB) and CPU seconds per case, and the CPU's flags (state them beside the
-figures: docs/knowledge.md).
+figures: docs/knowledge.md). ``--smoke``: every case and way at a fiftieth of the chunked text
+and a few chunks per batch, in seconds (tests/integration/test_bench_smoke.py); a case that fails
+then exits non-zero.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import resource
 import subprocess
@@ -30,9 +33,12 @@ import time
 from typing import Any
 
 CASES = ("chunk", "encode-64x100000", "encode-15x65536")
+SMOKE_CASES = ("chunk", "encode-4x100000", "encode-2x65536")
+WORDS, SMOKE_WORDS = 1_000_000, 20_000
+"""The chunked text's pieces (``x`` each)."""
 
 
-def run(case: str, how: str) -> dict[str, Any]:
+def run(case: str, how: str, words: int = WORDS) -> dict[str, Any]:
     started = time.process_time()
     if case == "chunk":
         from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
@@ -40,7 +46,7 @@ def run(case: str, how: str) -> dict[str, Any]:
         from contextcore.knowledge.extract import Section
 
         tokenizer = WordPieceTokenizer(default_model_path(DEFAULT_MODEL))
-        text = " ".join(["x"] * 1_000_000)
+        text = " ".join(["x"] * words)
         started = time.process_time()
         if how == "before":
             encoding = tokenizer._tokenizer.encode(text, add_special_tokens=False)
@@ -52,7 +58,7 @@ def run(case: str, how: str) -> dict[str, Any]:
         from contextcore.knowledge.adapters import encoder as module
         from contextcore.knowledge.adapters.settings import KnowledgeSettings
 
-        chunks, length = (64, 100_000) if case == "encode-64x100000" else (15, 65_536)
+        chunks, length = (int(n) for n in case.removeprefix("encode-").split("x"))
         loaded = KnowledgeSettings().load_encoder()
         assert isinstance(loaded, module.SentenceTransformerEncoder)
         if how == "before":
@@ -67,13 +73,16 @@ def run(case: str, how: str) -> dict[str, Any]:
     }
 
 
-def in_child(case: str, how: str) -> dict[str, Any]:
+def in_child(case: str, how: str, smoke: bool = False) -> dict[str, Any]:
+    words = SMOKE_WORDS if smoke else WORDS
     done = subprocess.run(
-        [sys.executable, "-m", "bench.poison_memory", "--child", case, how],
+        [sys.executable, "-m", "bench.poison_memory", "--child", case, how, str(words)],
         capture_output=True,
         text=True,
         check=False,
     )
+    if done.returncode != 0 and smoke:  # small cases: a child that fails is broken
+        raise SystemExit(f"{case} {how}: exit {done.returncode}: {done.stderr[-2000:]}")
     if done.returncode != 0:
         return {"failed": done.stderr.strip().splitlines()[-1:] or [f"exit {done.returncode}"]}
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -81,13 +90,16 @@ def in_child(case: str, how: str) -> dict[str, Any]:
 
 
 def main() -> None:
-    if len(sys.argv) == 4 and sys.argv[1] == "--child":
-        print(json.dumps(run(sys.argv[2], sys.argv[3])))
+    if len(sys.argv) == 5 and sys.argv[1] == "--child":
+        print(json.dumps(run(sys.argv[2], sys.argv[3], int(sys.argv[4]))))
         return
+    parser = argparse.ArgumentParser(prog="python -m bench.poison_memory", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help=f"small cases: {SMOKE_CASES}")
+    args = parser.parse_args()
     print(f"CPU flags: {cpu_flags()}")
     print(f"{'case':<18} {'before':>28} {'now':>28}")
-    for case in CASES:
-        figures = [in_child(case, how) for how in ("before", "now")]
+    for case in SMOKE_CASES if args.smoke else CASES:
+        figures = [in_child(case, how, args.smoke) for how in ("before", "now")]
         print(f"{case:<18} " + " ".join(f"{figure(f):>28}" for f in figures))
 
 

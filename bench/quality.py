@@ -3,6 +3,7 @@
     python -m bench.quality                  # both sets: the baseline and the search as shipped
     python -m bench.quality --tune           # also the grid of constants, on the tuning set only
     python -m bench.quality --backends torch,openvino   # also each encoder against torch fp32
+    python -m bench.quality --smoke          # every step on a few questions of each part
 
 The sets (``bench/corpora.py``): ``tuning`` (the Debian, fetchmail and git FAQs among git's
 manual pages) and ``held-out`` (the Python FAQs among the rest of the Python documentation).
@@ -306,14 +307,41 @@ def backends(corpus: Corpus, names: list[str], settings: KnowledgeSettings) -> N
         )
 
 
+def smaller(corpus: Corpus, questions: int, documents: int) -> Corpus:
+    """``corpus`` with each part's first ``questions`` questions, their answers, and other
+    documents up to ``documents`` in all: a smoke run's (its figures mean little)."""
+    parts = []
+    for part in corpus.parts:
+        asked = part.questions[:questions]
+        answers = {q.answer for q in asked}
+        kept = [d for d in part.documents if d.id in answers]
+        kept += [d for d in part.documents if d.id not in answers][: max(documents - len(kept), 0)]
+        parts.append(Part(part.name, tuple(kept), asked))
+    return Corpus(corpus.name, tuple(parts))
+
+
+SMOKE_QUESTIONS, SMOKE_DOCUMENTS = 5, 40
+"""``--smoke``: each part's questions and documents (tests/integration/test_bench_smoke.py)."""
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.quality", description=__doc__)
     parser.add_argument("--tune", action="store_true")
     parser.add_argument("--backends", default="", help="e.g. torch,openvino (off by default)")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help=f"each part's first {SMOKE_QUESTIONS} questions among {SMOKE_DOCUMENTS} documents "
+        "(the held-out set's of a few pages): every step in seconds; the figures mean little",
+    )
     args = parser.parse_args()
-    from bench.seeded import drop, prepare
+    from bench.seeded import database_name, drop, prepare
 
-    corpora = {c.name: c for c in (tuning(), held_out())}
+    if args.smoke:
+        found = (tuning(), held_out(pages=2))
+        corpora = {c.name: smaller(c, SMOKE_QUESTIONS, SMOKE_DOCUMENTS) for c in found}
+    else:
+        corpora = {c.name: c for c in (tuning(), held_out())}
     settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
     flags = cpu_flags()
     print(f"CPU flags: {flags or 'none of avx512_bf16, amx_bf16, amx_int8, amx_tile'}")
@@ -327,7 +355,7 @@ async def main() -> None:
         )
     )
     tokenizer = WordPieceTokenizer(settings.path())
-    name = "bench_quality"
+    name = database_name("bench_quality", args.smoke)
     seeded = await prepare(name, 0)
     try:
         admin = await asyncpg.connect(seeded.admin_url)

@@ -1,6 +1,6 @@
 """Read-your-writes across a replica (issue 34): what a position costs, in one run.
 
-    python -m bench.read_after [--builds 300]
+    python -m bench.read_after [--builds 300] [--smoke]
 
 On the dev stack with its hot standby (started here, as ``contextcore dev up --replica``): a
 memory consumer on the primary, and a build consumer whose sources read the standby
@@ -20,6 +20,8 @@ typical sources and the user's memories:
    serves each.
 
 Prints figures, never passes or fails; the CPU flags and the processes' peak RSS beside them.
+``--smoke``: every phase with a few builds (tests/integration/test_bench_smoke.py), on a database
+of its own; the standby started as above when it does not run.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import asyncpg
 from bench.e2e import free_port
 from bench.fairness import Latencies, cpu_flags, fresh_topics, service_env
 from bench.processes import peak_rss_mb, start_consumer
-from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, seed
+from bench.seeded import TYPICAL_POLICY, Org, database_name, drop, prepare, seed
 from broker.settings import TopicSettings
 from broker.topics import all_topics, build_topics, memory_topics
 from contextcore.storage.pool import create_pool
@@ -89,13 +91,24 @@ async def statement(url: str, count: int) -> str:
         await pool.close()
 
 
+SMOKE = {"builds": 3, "statements": 50}
+"""``--smoke``: the sizes of a smoke run (each kind's 10 warm-up builds come on top)."""
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.read_after", description=__doc__)
     parser.add_argument("--builds", type=int, default=300, help="builds of each kind")
+    parser.add_argument("--statements", type=int, default=1_000, help="the position's, timed")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
     stack = DevStack()
     await stack.up(all_topics(TopicSettings()), replica=True)
-    name = "bench_read_after"
+    name = database_name("bench_read_after", args.smoke)
     seeded = await prepare(name, 0)
     args.bootstrap = seeded.stack.bootstrap_servers
     admin = await asyncpg.connect(seeded.admin_url)
@@ -104,7 +117,7 @@ async def main() -> None:
     print(f"CPU flags: {cpu_flags()}; replica on port {stack.settings.replica_port}")
     try:
         await seed(admin, [org])
-        print(f"  {await statement(seeded.url, 1_000)}")
+        print(f"  {await statement(seeded.url, args.statements)}")
         async with fresh_topics(args.bootstrap, build_topics, memory_topics) as (tag, topics):
             port = free_port()
             env = service_env(

@@ -1,7 +1,7 @@
 """A consumer group scaled out and in (issue 34): requests a second with 1, 2 and 3 processes,
 and what each join and leave costs the requests in flight, in one run.
 
-    python -m bench.scale [--group build|memory] [--seconds 5] [--step 12] [--load 0.6]
+    python -m bench.scale [--group build|memory] [--seconds 5] [--step 12] [--load 0.6] [--smoke]
 
 ``--group build`` (the default): the demo's typical builds. ``--group memory``: ``remember``
 calls over 32 organizations (calls are keyed by organization), each a new user memory (a new
@@ -24,6 +24,7 @@ shorter long poll starves a member that lags behind its partitions' ends, as eve
 after a rebalance (docs/delivery.md), and the pauses would measure that.
 
 Prints figures, never passes or fails; the CPU flags and each process's peak RSS beside them.
+``--smoke``: every step and change, a second or a few each (tests/integration/test_bench_smoke.py).
 On one machine the processes share its cores: more processes add the group's parallelism,
 not cores.
 """
@@ -60,7 +61,7 @@ from bench.fairness import (
     turns,
 )
 from bench.processes import peak_rss_mb, start_consumer
-from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, seed
+from bench.seeded import TYPICAL_POLICY, Org, database_name, drop, prepare, seed
 from broker.settings import TopicSettings
 from broker.topics import build_topics, memory_topics
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS
@@ -167,7 +168,7 @@ async def warm_group(
             for _ in range(count):
                 group.join()
             async with callers(args.group, args.bootstrap, topics, org, args.orgs) as caller:
-                await paced(20, deadline(6), caller(Tally(), REPLY_TIMEOUT_S))
+                await paced(20, deadline(args.warm_up), caller(Tally(), REPLY_TIMEOUT_S))
                 yield group, caller
         finally:
             group.stop()
@@ -231,6 +232,10 @@ async def pauses(args: argparse.Namespace, url: str, org: Org, rate: float) -> N
     print(f"  peak RSS of the {args.group} processes: {peaks}")
 
 
+SMOKE = {"seconds": 1.0, "step": 4.0, "warm_up": 1.0, "outstanding": 8}
+"""``--smoke``: the sizes of a smoke run."""
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__)
     parser.add_argument("--group", choices=("build", "memory"), default="build")
@@ -258,8 +263,17 @@ async def main() -> None:
         "that lags, as each does after a rebalance (docs/scaling.md: at 50 ms, after a "
         "kill -9, 2,448 requests had no reply in 240 s)",
     )
+    parser.add_argument(
+        "--warm-up", type=float, default=6.0, help="seconds at 20 requests/s before each step"
+    )
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
-    name = "bench_scale"
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
+    name = database_name("bench_scale", args.smoke)
     seeded = await prepare(name, 0)
     args.bootstrap = seeded.stack.bootstrap_servers
     admin = await asyncpg.connect(seeded.admin_url)

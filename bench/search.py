@@ -1,6 +1,6 @@
 """knowledge_search at scale: p50/p99 and recall@10 for small and large tenants.
 
-    python -m bench.search [--chunks 100000] [--organizations 100] [--queries 200]
+    python -m bench.search [--chunks 100000] [--organizations 100] [--queries 200] [--smoke]
 
 Rows: 100,000 chunks (``--chunks 1000000`` for a million) over 100 organizations of Zipf-skewed
 sizes (s = 1.1: the largest holds ~19% of the rows, the smallest ~100). Vectors are real
@@ -27,7 +27,7 @@ import asyncpg
 import numpy as np
 
 from bench.corpora import CACHE, fetch, tuning
-from bench.seeded import drop, prepare
+from bench.seeded import database_name, drop, prepare
 from contextcore.knowledge.adapters import indexes, store
 from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, SentenceTransformerEncoder
 from contextcore.knowledge.adapters.search import SEARCH
@@ -48,18 +48,22 @@ def base_vectors(encoder: SentenceTransformerEncoder, count: int = 4_000) -> np.
         if len(passages) >= count:
             break
     vectors = np.asarray(encoder.encode(passages[:count]), dtype=np.float32)
-    np.save(cached, vectors)
+    # written whole, then renamed: benches running at once (the smoke test's) read no half file
+    partial = cached.with_suffix(f".{uuid.uuid4().hex[:8]}.partial.npy")
+    np.save(partial, vectors)
+    partial.rename(cached)
     return vectors
 
 
-def tenant_vectors(chunks: int) -> np.ndarray:
-    """``chunks`` unit vectors drawn from git-doc passages with a little noise (seed 3): one
-    tenant's documents for the knowledge benches, encoded by the light OpenVINO encoder."""
+def tenant_vectors(chunks: int, passages: int = 4_000) -> np.ndarray:
+    """``chunks`` unit vectors drawn from ``passages`` git-doc passages with a little noise
+    (seed 3): one tenant's documents for the knowledge benches, encoded by the light OpenVINO
+    encoder."""
     settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
     encoder = SentenceTransformerEncoder(
         DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
     )
-    base = base_vectors(encoder)
+    base = base_vectors(encoder, passages)
     rng = np.random.default_rng(3)
     rows = base[rng.integers(0, len(base), chunks)]
     rows = rows + rng.normal(0, 0.02, rows.shape).astype(np.float32)
@@ -126,6 +130,17 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
+SMOKE = {
+    "chunks": 3_000,
+    "organizations": 6,
+    "queries": 12,
+    "threshold": 1_000,
+    "passages": 300,
+}
+"""``--smoke``: the sizes of a smoke run (tests/integration/test_bench_smoke.py): both groups,
+an indexed tenant and exact ones, in seconds."""
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.search", description=__doc__)
     parser.add_argument("--chunks", type=int, default=100_000)
@@ -133,17 +148,24 @@ async def main() -> None:
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--threshold", type=int, default=2_000)
     parser.add_argument("--ef-search", type=int, default=200)
+    parser.add_argument("--passages", type=int, default=4_000, help="git-doc passages encoded")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes, every phase: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
     settings = KnowledgeSettings.model_construct(cache_dir=CACHE / "models")
     encoder = SentenceTransformerEncoder(
         DEFAULT_MODEL, settings.path(), backend="openvino", cache_dir=CACHE / "models"
     )
-    base = base_vectors(encoder)
-    questions = [q.text for q in tuning().questions]
-    queries = np.asarray(encoder.encode(questions), dtype=np.float32)[: args.queries]
+    base = base_vectors(encoder, args.passages)
+    questions = [q.text for q in tuning().questions][: args.queries]
+    queries = np.asarray(encoder.encode(questions), dtype=np.float32)
     rng = np.random.default_rng(8)
     counts = sizes(args.chunks, args.organizations)
-    name = "bench_search"
+    name = database_name("bench_search", args.smoke)
     seeded = await prepare(name, 0)
     try:
         admin = await asyncpg.connect(seeded.admin_url)

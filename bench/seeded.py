@@ -257,6 +257,12 @@ async def prepare(name: str, organizations: int) -> Seeded:
     return Seeded(stack, name, orgs)
 
 
+def database_name(name: str, smoke: bool) -> str:
+    """The bench's database: ``name``, dropped and made again by each run; a smoke run's is a
+    name of its own (two smoke runs at once, say two test sessions, never share one)."""
+    return f"{name}_smoke_{uuid.uuid4().hex[:8]}" if smoke else name
+
+
 async def drop(stack: StackAddresses, name: str) -> None:
     """Leave no million-row database behind."""
     admin = await asyncpg.connect(stack.admin_url)

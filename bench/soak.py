@@ -1,7 +1,7 @@
 """A soak: minutes of mixed load at fixed rates, and what they do to the consumers over time.
 
     .venv/bin/python -m bench.soak [--duration 600] [--interval 30] [--build-rate 40]
-        [--memory-rate 40] [--upload-rate 0.5] [--organizations 5]
+        [--memory-rate 40] [--upload-rate 0.5] [--organizations 5] [--smoke]
 
 Starts (or reuses) the embedded stack, seeds a database of its own (``bench_soak``: organizations
 seeded like ``bench/sources.py``), makes topics of its own, and starts five processes, each
@@ -33,6 +33,8 @@ The closing summary: totals, errors by cause, the whole run's p50/p99 per kind, 
 RSS at two minutes (at 20% of a run shorter than ten) and at the end with its growth (target
 under 10%), and its peak (VmHWM; targets under 300 MB for the build, memory and upload
 consumers, under 1.5 GB for the embedding consumer). Prints figures; never passes or fails.
+``--smoke``: seconds of low rates (every kind of call, every report), on a database of its own;
+a kind of call never answered exits non-zero (tests/integration/test_bench_smoke.py).
 
 On the dev broker (Tansu, memory storage) a partition costs more CPU per record as its log grows
 (docs/performance.md). A client's reply topic has one partition, so the build and memory clients
@@ -69,7 +71,7 @@ import asyncpg
 from bench.corpora import CACHE
 from bench.e2e import free_port
 from bench.processes import machine_busy_seconds, start_consumer, status_mb, tree_cpu_seconds
-from bench.seeded import TYPICAL_POLICY, Org, drop, prepare, request_for
+from bench.seeded import TYPICAL_POLICY, Org, database_name, drop, prepare, request_for
 from broker.settings import TopicSettings
 from broker.topics import all_topics, delete_topics, ensure_topics
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
@@ -797,6 +799,18 @@ def environment(
     return env
 
 
+SMOKE = {
+    "duration": 8.0,
+    "interval": 4.0,
+    "build_rate": 4.0,
+    "memory_rate": 4.0,
+    "upload_rate": 0.25,
+    "organizations": 1,
+    "rotate_s": 4.0,
+}
+"""``--smoke``: the sizes of a smoke run."""
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m bench.soak",
@@ -817,7 +831,14 @@ async def main() -> None:
         "on Tansu a reply partition's growing log costs the broker more CPU per record",
     )
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
+    database = database_name(DATABASE, args.smoke)
     rates = {"build": args.build_rate, "memory": args.memory_rate, "upload": args.upload_rate}
     load = ", ".join(f"{kind} {rate:g}/s" for kind, rate in rates.items())
     renewed = f"every {args.rotate_s:g} s" if args.rotate_s > 0 else "never"
@@ -828,7 +849,7 @@ async def main() -> None:
         f"CPU flags: {cpu_flags()}",
         flush=True,
     )
-    seeded = await prepare(DATABASE, args.organizations)
+    seeded = await prepare(database, args.organizations)
     bootstrap = seeded.stack.bootstrap_servers
     tag = uuid.uuid4().hex[:8]
     topics = TopicSettings.model_construct(
@@ -890,6 +911,9 @@ async def main() -> None:
             drain_s = await soak.run(rates, args.duration, args.interval)
         summary(soak, args.duration, drain_s)
         print(await database_line(seeded.admin_url))
+        silent = [kind for kind, tally in soak.tallies.items() if not tally.latencies]
+        if args.smoke and silent:
+            raise SystemExit(f"smoke: no {', '.join(silent)} call answered")
     finally:
         fleet.stop()
         logged = []
@@ -902,7 +926,7 @@ async def main() -> None:
         print(f"consumer logs in {fleet.logs}, warning/error lines: {', '.join(logged)}")
         await delete_topics(bootstrap, [spec.name for spec in all_topics(topics)])
         await delete_topics(bootstrap, [t for r in rotations for t in r.reply_topics])
-        await drop(seeded.stack, DATABASE)
+        await drop(seeded.stack, database)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ through COPY. Then, for random organizations, it reads each of the five sources 
 ``build`` calls (all five, concurrently, through the tenancy layer and RLS) and prints p50/p99,
 the queries each source sent, and the process's peak RSS. Prints figures; never passes or fails.
 
-    .venv/bin/python -m bench.sources [--organizations 100] [--builds 500]
+    .venv/bin/python -m bench.sources [--organizations 100] [--builds 500] [--smoke]
 
 Target (issue 4): p99 of a whole build under 15 ms on this machine.
 """
@@ -23,7 +23,7 @@ from typing import Any
 
 import asyncpg
 
-from bench.seeded import POLICY, drop, prepare, request_for
+from bench.seeded import POLICY, database_name, drop, prepare, request_for
 from consumers.build.sources import SourceCaches, process_registry
 from contextcore.builder import DefaultContextBuilder
 from contextcore.packer import ContextPacker
@@ -31,6 +31,8 @@ from contextcore.storage.invalidation import CacheInvalidator
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 
 DATABASE = "bench_sources"
+SMOKE = {"organizations": 2, "builds": 20, "rounds": 20}
+"""``--smoke``: the sizes of a smoke run (tests/integration/test_bench_smoke.py)."""
 
 
 def figures(label: str, seconds: list[float]) -> str:
@@ -43,9 +45,17 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--organizations", type=int, default=100)
     parser.add_argument("--builds", type=int, default=500)
+    parser.add_argument("--rounds", type=int, default=200, help="reads of each source")
+    parser.add_argument(
+        "--smoke", action="store_true", help=f"tiny sizes: {SMOKE} (a size given wins)"
+    )
     args = parser.parse_args()
+    if args.smoke:  # the smoke sizes, unless given; its figures mean little
+        parser.set_defaults(**SMOKE)
+        args = parser.parse_args()
+    database = database_name(DATABASE, args.smoke)
 
-    seeded = await prepare(DATABASE, args.organizations)
+    seeded = await prepare(database, args.organizations)
     orgs, url = seeded.orgs, seeded.url
 
     queries: dict[str, int] = {}
@@ -72,7 +82,7 @@ async def main() -> None:
             await builder.build(request_for(rng.choice(orgs), rng), POLICY)
         per_source: dict[str, list[float]] = {spec.name: [] for spec in POLICY.sources}
         queries.clear()
-        rounds = 200
+        rounds = args.rounds
         for _ in range(rounds):
             request = request_for(rng.choice(orgs), rng)
             for spec in POLICY.sources:
@@ -100,7 +110,7 @@ async def main() -> None:
         print(f"  {name:<40} {n:.2f}")
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS of this process: {peak:.0f} MB")
-    await drop(seeded.stack, DATABASE)
+    await drop(seeded.stack, database)
 
 
 if __name__ == "__main__":

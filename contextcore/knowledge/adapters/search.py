@@ -57,6 +57,10 @@ class SearchTuning:
     later_chunk_penalty: float = 0.2
     ef_search: int = 200
 
+    def arguments(self) -> tuple[int, float, float, int]:
+        """The constants as ``knowledge_search`` takes them, after the query's own."""
+        return self.candidates, self.lexical_weight, self.later_chunk_penalty, self.ef_search
+
 
 @dataclass(frozen=True)
 class Hit:
@@ -189,22 +193,9 @@ async def search(
             raise ModelUnavailable(
                 f"the live embedding model {model!r} is not one this process knows"
             ) from None
+        arguments = (model, vector, text, with_platform, own, limit, per_document)
         try:
-            rows = await database.read(
-                READ,
-                organization_id,
-                model,
-                vector,
-                text,
-                with_platform,
-                own,
-                limit,
-                per_document,
-                tuning.candidates,
-                tuning.lexical_weight,
-                tuning.later_chunk_penalty,
-                tuning.ef_search,
-            )
+            rows = await database.read(READ, organization_id, *arguments, *tuning.arguments())
         except asyncpg.PostgresError as error:
             if error.sqlstate == MODEL_MOVED:
                 if models is not None:
