@@ -77,37 +77,24 @@ LIMIT 1
 """,
 )
 
-ACCEPT_BY_URI = TenantQuery(
-    "knowledge.accept_by_uri",
-    """
--- knowledge.accept_by_uri: create the source (pending), or, for a known (organization, uri),
--- start its next generation; the uploader's address replaces the previous one. RETURNING old.*
--- (PostgreSQL 18): the replaced generation's status and uploader, read under the row's lock,
--- so exactly one accept learns that a pending generation was replaced, and whom to tell.
-INSERT INTO knowledge_sources AS s (id, organization_id, kind, title, uri, media_type, status,
-                                    pending_since, reply_to, correlation_id, upload_key)
-VALUES ($2, $1, $3, $4, $5, $6, 'pending', now(), $7, $8, $9)
-ON CONFLICT (organization_id, uri) WHERE uri IS NOT NULL DO UPDATE
-SET kind = EXCLUDED.kind, title = EXCLUDED.title, media_type = EXCLUDED.media_type,
-    status = 'pending', status_reason = NULL, pending_since = now(), updated_at = now(),
-    generation = s.generation + 1, sections = NULL, content_sha256 = NULL,
-    reply_to = EXCLUDED.reply_to, correlation_id = EXCLUDED.correlation_id,
-    upload_key = EXCLUDED.upload_key
-RETURNING s.id, s.generation, old.status AS replaced_status,
-          old.generation AS replaced_generation, old.reply_to AS replaced_reply_to,
-          old.correlation_id AS replaced_correlation_id
-""",
-)
 
-ACCEPT_BY_OBJECT = TenantQuery(
-    "knowledge.accept_by_object",
-    """
--- knowledge.accept_by_object: as accept_by_uri, for an object-backed source (the same
--- per-organization identity boundary, keyed by object_key).
-INSERT INTO knowledge_sources AS s (id, organization_id, kind, title, object_key, media_type,
+def _accept_by(identity: str) -> TenantQuery:
+    """knowledge.accept_by_<identity>: one upsert for both identities of a source, its
+    ``uri`` or its ``object_key`` (each with its own partial unique index, so each its own
+    conflict target)."""
+    name = "uri" if identity == "uri" else "object"
+    return TenantQuery(
+        f"knowledge.accept_by_{name}",
+        f"""
+-- knowledge.accept_by_{name}: create the source (pending), or, for a known (organization,
+-- {identity}), start its next generation; the uploader's address replaces the previous one.
+-- RETURNING old.* (PostgreSQL 18): the replaced generation's status and uploader, read under the
+-- row's lock, so exactly one accept learns that a pending generation was replaced, and whom to
+-- tell.
+INSERT INTO knowledge_sources AS s (id, organization_id, kind, title, {identity}, media_type,
                                     status, pending_since, reply_to, correlation_id, upload_key)
 VALUES ($2, $1, $3, $4, $5, $6, 'pending', now(), $7, $8, $9)
-ON CONFLICT (organization_id, object_key) WHERE object_key IS NOT NULL DO UPDATE
+ON CONFLICT (organization_id, {identity}) WHERE {identity} IS NOT NULL DO UPDATE
 SET kind = EXCLUDED.kind, title = EXCLUDED.title, media_type = EXCLUDED.media_type,
     status = 'pending', status_reason = NULL, pending_since = now(), updated_at = now(),
     generation = s.generation + 1, sections = NULL, content_sha256 = NULL,
@@ -117,7 +104,11 @@ RETURNING s.id, s.generation, old.status AS replaced_status,
           old.generation AS replaced_generation, old.reply_to AS replaced_reply_to,
           old.correlation_id AS replaced_correlation_id
 """,
-)
+    )
+
+
+ACCEPT_BY_URI = _accept_by("uri")
+ACCEPT_BY_OBJECT = _accept_by("object_key")
 
 _SOURCE_COLUMNS = """
 SELECT s.id, s.organization_id, s.title, s.media_type, s.status, s.status_reason, s.generation,
@@ -501,21 +492,7 @@ async def store_batch(
         raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
     state = await tenant.fetchrow(LOCK_MODEL_STATE, source_id, model)
     if state is None:
-        gone = await tenant.fetchrow(DELETED_WHILE_PENDING, source_id)
-        deleted = None
-        if gone is not None and await ledger.claim(tenant, TOLD_DELETED, str(source_id)):
-            deleted = SourceState(
-                id=source_id,
-                organization_id=tenant.organization_id,
-                title=gone["title"],
-                status="failed",
-                status_reason=DELETED,
-                generation=gone["generation"] or generation,
-                chunk_count=None,
-                updated_at=gone["deleted_at"],
-                reply_to=gone["reply_to"],
-                correlation_id=gone["correlation_id"],
-            )
+        deleted = await _told_deleted(tenant, source_id, generation)
         return BatchResult(0, False, None, stale=True, deleted=deleted)
     if state["generation"] != generation or state["status"] != "pending":
         return BatchResult(0, False, None, stale=True)
@@ -551,6 +528,28 @@ async def store_batch(
             correlation_id=row["correlation_id"],
         )
     return BatchResult(inserted, True, ready)
+
+
+async def _told_deleted(
+    tenant: TenantConnection, source_id: UUID, generation: int
+) -> SourceState | None:
+    """A batch of a source deleted while pending: its uploader's ``failed`` status, once (the
+    ledger's claim), or ``None`` when it was told already or the source never was."""
+    gone = await tenant.fetchrow(DELETED_WHILE_PENDING, source_id)
+    if gone is None or not await ledger.claim(tenant, TOLD_DELETED, str(source_id)):
+        return None
+    return SourceState(
+        id=source_id,
+        organization_id=tenant.organization_id,
+        title=gone["title"],
+        status="failed",
+        status_reason=DELETED,
+        generation=gone["generation"] or generation,
+        chunk_count=None,
+        updated_at=gone["deleted_at"],
+        reply_to=gone["reply_to"],
+        correlation_id=gone["correlation_id"],
+    )
 
 
 @dataclass(frozen=True)
