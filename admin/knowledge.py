@@ -372,49 +372,7 @@ found) exits 1."""
 
 def main(argv: list[str] | None = None) -> int:
     """Documents, failed sources, the model switch, indexes (admin)."""
-    parser = command_parser(
-        "knowledge",
-        KNOWLEDGE,
-        "contextcore knowledge documents --organization 7b000000-0000-4000-8000-0000000000a1",
-        "contextcore knowledge index --apply",
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    def scoped(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        group = command.add_mutually_exclusive_group(required=True)
-        group.add_argument("--organization", type=UUID)
-        group.add_argument("--platform", action="store_true")
-        return command
-
-    documents = scoped(commands.add_parser("documents", help="the scope's documents"))
-    documents.add_argument("--status", choices=("pending", "ready", "failed"))
-    documents.add_argument("--limit", type=whole(1, admin.MAX_PAGE), default=100)
-    documents.add_argument("--deleted", action="store_true", help="the deleted ones instead")
-    delete = scoped(commands.add_parser("delete", help="delete a document and its chunks"))
-    named = delete.add_mutually_exclusive_group(required=True)
-    named.add_argument("source", type=UUID, nargs="?")
-    named.add_argument("--uri", help="the document's uri or object key")
-    delete.add_argument("--by", help="who asked (kept in the deletion record)")
-    delete.add_argument("--apply", action="store_true")
-    scoped(commands.add_parser("failed", help="failed sources with reasons"))
-    retry = scoped(commands.add_parser("retry", help="ingest a source again"))
-    retry.add_argument("source", type=UUID)
-    retry.add_argument("--apply", action="store_true")
-    retry.add_argument("--wait", action="store_true", help="wait for its final status")
-    switch = commands.add_parser("switch", help="the model switch, step by step")
-    steps = switch.add_subparsers(dest="step", required=True)
-    prepare = scoped(steps.add_parser("prepare"))
-    prepare.add_argument("model")
-    prepare.add_argument("--dimensions", type=whole(1, MAX_DIMENSIONS), required=True)
-    prepare.add_argument("--apply", action="store_true")
-    scoped(steps.add_parser("status"))
-    scoped(steps.add_parser("flip")).add_argument("--apply", action="store_true")
-    scoped(steps.add_parser("clean")).add_argument("--apply", action="store_true")
-    index = commands.add_parser("index", help="per-tenant HNSW indexes (schema owner)")
-    index.add_argument("--min-chunks", type=whole(0), default=indexes.MIN_CHUNKS)
-    index.add_argument("--apply", action="store_true")
-    index.add_argument("--every", type=seconds, help="seconds between passes, until stopped")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
 
     def run() -> int:
         _settings_first(args)
@@ -440,6 +398,57 @@ def main(argv: list[str] | None = None) -> int:
     return run_command(
         "contextcore knowledge", run, expected=(OSError, ValueError, asyncpg.PostgresError)
     )
+
+
+def _scoped(command: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """A command on one scope: an organization's, or the platform's."""
+    group = command.add_mutually_exclusive_group(required=True)
+    group.add_argument("--organization", type=UUID)
+    group.add_argument("--platform", action="store_true")
+    return command
+
+
+def parser() -> argparse.ArgumentParser:
+    """``contextcore knowledge``'s commands and their arguments."""
+    parser = command_parser(
+        "knowledge",
+        KNOWLEDGE,
+        "contextcore knowledge documents --organization 7b000000-0000-4000-8000-0000000000a1",
+        "contextcore knowledge index --apply",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    documents = _scoped(commands.add_parser("documents", help="the scope's documents"))
+    documents.add_argument("--status", choices=("pending", "ready", "failed"))
+    documents.add_argument("--limit", type=whole(1, admin.MAX_PAGE), default=100)
+    documents.add_argument("--deleted", action="store_true", help="the deleted ones instead")
+    delete = _scoped(commands.add_parser("delete", help="delete a document and its chunks"))
+    named = delete.add_mutually_exclusive_group(required=True)
+    named.add_argument("source", type=UUID, nargs="?")
+    named.add_argument("--uri", help="the document's uri or object key")
+    delete.add_argument("--by", help="who asked (kept in the deletion record)")
+    delete.add_argument("--apply", action="store_true")
+    _scoped(commands.add_parser("failed", help="failed sources with reasons"))
+    retry = _scoped(commands.add_parser("retry", help="ingest a source again"))
+    retry.add_argument("source", type=UUID)
+    retry.add_argument("--apply", action="store_true")
+    retry.add_argument("--wait", action="store_true", help="wait for its final status")
+    _switch_steps(commands.add_parser("switch", help="the model switch, step by step"))
+    index = commands.add_parser("index", help="per-tenant HNSW indexes (schema owner)")
+    index.add_argument("--min-chunks", type=whole(0), default=indexes.MIN_CHUNKS)
+    index.add_argument("--apply", action="store_true")
+    index.add_argument("--every", type=seconds, help="seconds between passes, until stopped")
+    return parser
+
+
+def _switch_steps(switch: argparse.ArgumentParser) -> None:
+    steps = switch.add_subparsers(dest="step", required=True)
+    prepare = _scoped(steps.add_parser("prepare"))
+    prepare.add_argument("model")
+    prepare.add_argument("--dimensions", type=whole(1, MAX_DIMENSIONS), required=True)
+    prepare.add_argument("--apply", action="store_true")
+    _scoped(steps.add_parser("status"))
+    _scoped(steps.add_parser("flip")).add_argument("--apply", action="store_true")
+    _scoped(steps.add_parser("clean")).add_argument("--apply", action="store_true")
 
 
 if __name__ == "__main__":
