@@ -31,7 +31,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 from urllib.parse import quote, urlsplit
 
 import asyncpg
@@ -41,6 +41,7 @@ from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics, build_topics, ensure_topics
 from consumers.build.settings import BuildSettings
 from consumers.knowledge.embed.settings import EmbedSettings
+from consumers.knowledge.sweep.app import SweepSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
@@ -244,6 +245,7 @@ class Config:
     embed: EmbedSettings
     knowledge: KnowledgeSettings
     memory: MemorySettings
+    sweep: SweepSettings
 
     @property
     def bootstrap(self) -> str:
@@ -284,6 +286,7 @@ class Config:
                 self.embed,
                 self.knowledge,
                 self.memory,
+                self.sweep,
             ),
         }
 
@@ -323,6 +326,7 @@ async def config(services: Services, database: Database, model_cache: Path) -> C
         ),
         knowledge=KnowledgeSettings.model_construct(cache_dir=model_cache),
         memory=MemorySettings.model_construct(group_id=f"test-{tag}-memory", metrics_port=0),
+        sweep=SweepSettings.model_construct(metrics_port=0),
     )
     await ensure_topics(services.bootstrap_servers, build_topics(config.topics))
     return config
@@ -356,6 +360,10 @@ async def spawn_build_consumer(
 class ConsumerProcess:
     """A real ``contextcore serve build`` process, as an operator would run it."""
 
+    READY: ClassVar[dict[str, str]] = {"sweep": "sweep ready"}
+    """How a process that is no record consumer says it is ready; the others say
+    ``<name> consumer ready``."""
+
     def __init__(
         self, process: asyncio.subprocess.Process, log_path: Path, consumer: str = "build"
     ) -> None:
@@ -375,7 +383,8 @@ class ConsumerProcess:
                         f"consumer exited ({await self.process.wait()}): "
                         f"{self.log_path.read_text()[-2000:]}"
                     )
-                if line.startswith(f"{self.consumer} consumer ready".encode()):
+                ready = self.READY.get(self.consumer, f"{self.consumer} consumer ready")
+                if line.startswith(ready.encode()):
                     return
 
     def log(self) -> str:

@@ -7,6 +7,11 @@ domain's in-memory ports (no PostgreSQL): seconds for the whole suite. The ``bro
 ``contextcore serve <consumer>`` as its own process on the Tansu broker and PostgreSQL
 (tests/services.py), as the integration tier does; it carries the ``integration`` marker.
 The same assertions hold on both, so the in-memory run may be trusted as far as the suite goes.
+
+The pending sweep is no record consumer: in memory it is its own
+:class:`~consumers.knowledge.sweep.app.Sweeper` on the knowledge tables' in-memory sweep port,
+publishing to the in-memory broker; on the broker, ``contextcore serve sweep``. Both sweep every
+half second or faster, and :meth:`Rig.age_pending` is the hour it waits for.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import signal
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any, Protocol
 
 import asyncpg
@@ -26,6 +32,7 @@ from aiokafka import AIOKafkaProducer
 
 from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
+from broker.topics import TopicSpec, ensure_topics
 from consumers.build.app import create_app as build_app
 from consumers.build.handler import BuildHandler
 from consumers.build.metrics import BuildMetrics
@@ -35,6 +42,7 @@ from consumers.knowledge.embed.app import create_app as embed_app
 from consumers.knowledge.embed.handler import EmbedHandler
 from consumers.knowledge.embed.metrics import EmbedMetrics
 from consumers.knowledge.embed.settings import EmbedSettings
+from consumers.knowledge.sweep.app import Sweeper, SweepSettings
 from consumers.knowledge.upload.app import create_app as upload_app
 from consumers.knowledge.upload.handler import UploadHandler
 from consumers.knowledge.upload.metrics import UploadMetrics
@@ -44,7 +52,12 @@ from consumers.memory.handler import MemoryHandler
 from consumers.memory.metrics import MemoryMetrics
 from consumers.memory.settings import MemorySettings
 from consumers.runtime.app import ConsumerApp, OpenHandler
-from consumers.runtime.inmemory import MemoryBroker, MemoryStartJournal, MemoryTransport
+from consumers.runtime.inmemory import (
+    MemoryBroker,
+    MemoryPublisher,
+    MemoryStartJournal,
+    MemoryTransport,
+)
 from consumers.runtime.journal import ServedJournal
 from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.settings import ConsumerSettings
@@ -58,14 +71,28 @@ from contextcore.settings import DatabaseSettings
 from tests.behaviour.journal import DictMemoryJournal
 from tests.integration.helpers import producer, read_json
 from tests.services import Config, ConsumerProcess, StartConsumer
-from tests.unit.knowledge_fakes import LIVE, WINDOW, Chunks, Lengths, Objects, Sources, Words
+from tests.unit.knowledge_fakes import (
+    LIVE,
+    WINDOW,
+    Chunks,
+    Clock,
+    Lengths,
+    Objects,
+    Sources,
+    SweepTables,
+    Words,
+)
+
+SWEEP_INTERVAL_S = {"memory": 0.05, "broker": 0.5}
+"""How often the sweep runs in the suite (its default is a minute)."""
 
 
 class Rig(Protocol):
     topics: TopicSettings
 
     async def start(self, consumer: str) -> None:
-        """Start ``consumer`` (build, memory, upload, embed) and return once it is ready."""
+        """Start ``consumer`` (build, memory, upload, embed, sweep) and return once it is
+        ready."""
 
     async def stop(self, consumer: str, *, kill: bool = False) -> None:
         """Stop ``consumer``: drained and committed, or with ``kill`` as a process that dies
@@ -87,12 +114,30 @@ class Rig(Protocol):
     async def organization(self, organization_id: uuid.UUID) -> None:
         """Make the organization exist (the application owns that row)."""
 
+    async def create_topic(self, topic: str) -> None:
+        """Create ``topic`` with one partition (an existing topic is left as it is)."""
+
+    async def age_pending(self, seconds: float) -> None:
+        """Every knowledge source pending now has waited ``seconds`` longer (what comes after
+        is new): the clock of the in-memory tables moves on, or the rows' ``pending_since``
+        (what the database's sweep reads) go back."""
+
     def group(self, consumer: str) -> str:
         """The consumer's group id."""
 
 
 def reply_topic(rig: Rig, name: str) -> str:
     return f"{rig.topics.reply_prefix}.{name}"
+
+
+async def own_reply_topic(rig: Rig, name: str) -> str:
+    """A reply topic of one partition, made before the first request as a client makes its own:
+    the topic the broker creates on its first record may have several, and the statuses of one
+    upload (``pending``, then the sweep's ``failed``) come from different producers, with no
+    order across partitions."""
+    topic = reply_topic(rig, name)
+    await rig.create_topic(topic)
+    return topic
 
 
 class MemoryRig:
@@ -110,7 +155,10 @@ class MemoryRig:
         self.reply_topics = ReplyTopics.of(self.topics)
         self.broker = MemoryBroker()
         self.memory_journal = DictMemoryJournal()
-        self.knowledge = Sources()
+        self.clock = Clock()
+        self.knowledge = Sources(self.clock)
+        self.chunks = Chunks(self.knowledge)  # outlives an embedding member, as the table does
+        self.sweep_tables = SweepTables(self.knowledge, self.chunks)
         self.start_journal = MemoryStartJournal()  # outlives a member, as the table does
         self._running: dict[str, tuple[asyncio.Event, asyncio.Task[None]]] = {}
         self._kafka = KafkaSettings.model_construct(bootstrap_servers="in-memory")
@@ -181,10 +229,13 @@ class MemoryRig:
         self, metrics: RuntimeMetrics, _publisher: Publisher
     ) -> AsyncIterator[RecordHandler]:
         # the upload's tables in a dict, an encoder of the live model only
-        embedder = Embedder(Chunks(self.knowledge), [Lengths(LIVE)])
+        embedder = Embedder(self.chunks, [Lengths(LIVE)])
         yield EmbedHandler(embedder, EmbedMetrics.create(metrics.registry))
 
     async def start(self, consumer: str) -> None:
+        if consumer == "sweep":
+            self._start_sweep()
+            return
         app = self.app(consumer)
         stopping = asyncio.Event()
         task = asyncio.create_task(app.serve(stopping), name=f"behaviour-{consumer}")
@@ -195,6 +246,18 @@ class MemoryRig:
                     task.result()  # its error
                     raise AssertionError(f"the {consumer} consumer stopped before it was ready")
                 await asyncio.sleep(0.01)
+
+    def _start_sweep(self) -> None:
+        """The sweep's own Sweeper on the knowledge tables in memory; ready at once, as
+        ``serve`` says it is before its first sweep."""
+        settings = SweepSettings.model_construct(
+            interval_s=SWEEP_INTERVAL_S["memory"], metrics_port=0
+        )
+        publisher = MemoryPublisher(self.broker)
+        sweeper = Sweeper(settings, self.sweep_tables, publisher, reply_topics=self.reply_topics)
+        stopping = asyncio.Event()
+        task = asyncio.create_task(sweeper.run(stopping), name="behaviour-sweep")
+        self._running["sweep"] = (stopping, task)
 
     async def send(
         self,
@@ -212,6 +275,12 @@ class MemoryRig:
 
     async def organization(self, organization_id: uuid.UUID) -> None:
         pass  # the in-memory journal has no organizations table
+
+    async def create_topic(self, topic: str) -> None:
+        self.broker.create_topic(topic, 1)
+
+    async def age_pending(self, seconds: float) -> None:
+        self.clock.advance(seconds)
 
     async def stop(self, consumer: str, *, kill: bool = False) -> None:
         stopping, task = self._running.pop(consumer)
@@ -236,7 +305,7 @@ class BrokerRig:
         start_consumer: StartConsumer,
         admin: asyncpg.Connection,
     ) -> None:
-        self.config = config
+        self.config = config.with_("sweep", interval_s=SWEEP_INTERVAL_S["broker"])
         self.topics = config.topics
         self._start_consumer = start_consumer
         self._admin = admin
@@ -273,6 +342,17 @@ class BrokerRig:
         await self._admin.execute(
             "INSERT INTO organizations (id, name) VALUES ($1, 'behaviour')", organization_id
         )
+
+    async def create_topic(self, topic: str) -> None:
+        await ensure_topics(self.config.bootstrap, [TopicSpec(topic, 1)])
+
+    async def age_pending(self, seconds: float) -> None:
+        for table in ("knowledge_sources", "knowledge_source_models"):  # a source, its models
+            await self._admin.execute(
+                f"UPDATE {table} SET pending_since = pending_since - $1::interval"
+                " WHERE status = 'pending'",
+                timedelta(seconds=seconds),
+            )
 
     async def close(self) -> None:
         if self._producer is not None:

@@ -571,6 +571,7 @@ async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
 ) -> None:
     from broker.reply_topics import ReplyTopics
     from consumers.knowledge.sweep.app import Sweeper, SweepSettings
+    from consumers.knowledge.sweep.postgres import PostgresSweepStore
     from consumers.runtime.kafka import AiokafkaPublisher
     from contextcore.settings import DatabaseSettings
     from tests.integration.helpers import read_json
@@ -597,7 +598,7 @@ async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
         await ensure_topics(config.bootstrap, [TopicSpec(reply_to, 1)])
         sweeper = Sweeper(
             SweepSettings(metrics_port=0),
-            DatabaseSettings.model_construct(url=database.url),
+            PostgresSweepStore(DatabaseSettings.model_construct(url=database.url)),
             publisher,
             reply_topics=ReplyTopics.of(config.topics),  # this test's reply prefix
         )
@@ -820,6 +821,7 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
     half the threshold and drops it below; the sweep's gauge counts the tenants still without
     one, by the index's name as indexes.index_name gives it."""
     from consumers.knowledge.sweep.app import Sweeper, SweepSettings
+    from consumers.knowledge.sweep.postgres import PostgresSweepStore
     from contextcore.settings import DatabaseSettings
     from tests.integration.test_knowledge_admin import command
 
@@ -830,7 +832,7 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
     await seed(admin, ORG_B, unit(rng, 2))  # below the threshold: the exact scan is enough
     sweeper = Sweeper(
         SweepSettings(metrics_port=0, index_min_chunks=100),
-        DatabaseSettings.model_construct(url=database.url),
+        PostgresSweepStore(DatabaseSettings.model_construct(url=database.url)),
         publisher=None,  # type: ignore[arg-type]  # nothing pending: nobody is told anything
     )
 

@@ -25,6 +25,7 @@ import pytest
 from broker.reply_topics import ReplyTopics
 from broker.topics import TopicSpec, dead_letter_topic, ensure_topics, memory_topics, upload_topics
 from consumers.knowledge.sweep.app import Sweeper, SweepSettings
+from consumers.knowledge.sweep.postgres import PostgresSweepStore
 from consumers.runtime.kafka import AiokafkaPublisher
 from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
 from contextcore.settings import DatabaseSettings
@@ -202,7 +203,7 @@ async def test_the_sweep_tells_no_uploader_on_a_forbidden_topic(
     try:
         sweeper = Sweeper(
             SweepSettings(metrics_port=0),
-            DatabaseSettings.model_construct(url=database.url),
+            PostgresSweepStore(DatabaseSettings.model_construct(url=database.url)),
             publisher,
             reply_topics=ReplyTopics.of(config.topics),
         )

@@ -13,6 +13,7 @@ import asyncpg
 import pytest
 
 from consumers.knowledge.sweep.app import Sweeper, SweepSettings
+from consumers.knowledge.sweep.postgres import PostgresSweepStore
 from consumers.runtime.journal import PostgresJournal, Prior, Start, record_digest
 from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
@@ -175,7 +176,7 @@ async def test_the_sweep_prunes_old_journal_rows_and_expired_ledger_claims(
     )
     sweeper = Sweeper(
         SweepSettings(metrics_port=0, prune_batch=2),  # several batches
-        DatabaseSettings.model_construct(url=database.url),
+        PostgresSweepStore(DatabaseSettings.model_construct(url=database.url)),
         publisher=None,  # type: ignore[arg-type]  # nothing pending: nobody is told anything
     )
     await sweeper.sweep_once()

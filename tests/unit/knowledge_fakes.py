@@ -1,16 +1,20 @@
-"""The knowledge tables, an object store, a text cutter, a chunk store and an encoder in memory:
-fakes of the ports of contextcore/knowledge/ingest.py and embed.py, for Ingestion's unit tests
-and the upload and embed consumers' in-memory behaviour run (tests/behaviour/)."""
+"""The knowledge tables, an object store, a text cutter, a chunk store, an encoder and the
+sweep's tables in memory: fakes of the ports of contextcore/knowledge/ingest.py and embed.py and
+of consumers/knowledge/sweep/app.py, for Ingestion's and the Sweeper's unit tests and the
+upload, embed and sweep in-memory behaviour run (tests/behaviour/), on a clock the test can
+move."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from uuid import UUID
 
+from contextcore.knowledge.adapters.store import SourceCounts, Swept
 from contextcore.knowledge.addresses import ObjectAddress, ObjectError, ObjectUnavailable
 from contextcore.knowledge.chunk import Chunk, ChunkSettings, Cut, ModelWindow
 from contextcore.knowledge.extract import ExtractionError, Limits, Section
@@ -21,11 +25,27 @@ from contextcore.quotas import NO_QUOTAS
 LIVE, NEXT = "small-model", "large-model"
 
 
-class Sources:
-    """The knowledge tables as a dict: a source per identity, its generations, the claimed keys
-    and the scope's models, with the rules the SQL keeps (store.py)."""
+class Clock:
+    """The fakes' now: the real time, plus however far the test moved it on."""
 
     def __init__(self) -> None:
+        self.moved = timedelta(0)
+
+    def now(self) -> datetime:
+        return datetime.now(UTC) + self.moved
+
+    def advance(self, seconds: float) -> None:
+        self.moved += timedelta(seconds=seconds)
+
+
+class Sources:
+    """The knowledge tables as a dict: a source per identity, its generations, the claimed keys
+    and the scope's models, with the rules the SQL keeps (store.py). ``pending_since``: when
+    each source's current generation started, on ``clock``."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or Clock()
+        self.pending_since: dict[UUID, datetime] = {}
         self.rows: dict[UUID, SourceState] = {}
         self.identity: dict[str, UUID] = {}
         self.claimed: set[str] = set()
@@ -52,6 +72,7 @@ class Sources:
             old, generation=old.generation + 1, status="pending", status_reason=None,
             reply_to=reply_to, correlation_id=cid, upload_key=key, sections=sections,
         )  # fmt: skip
+        self.pending_since[old.id] = self.clock.now()
         return Accepted(old.id, old.generation + 1, replaced)
 
     async def open_upload(
@@ -75,10 +96,11 @@ class Sources:
             source_id = uuid.uuid4()
             if identity:
                 self.identity[identity] = source_id
+            self.pending_since[source_id] = self.clock.now()
             self.rows[source_id] = SourceState(
                 id=source_id, organization_id=organization_id, title=new.title,
                 status="pending", status_reason=None, generation=1, chunk_count=None,
-                updated_at=datetime.now(UTC), reply_to=new.reply_to,
+                updated_at=self.pending_since[source_id], reply_to=new.reply_to,
                 correlation_id=new.correlation_id, upload_key=upload_key,
                 media_type=new.media_type,
             )  # fmt: skip
@@ -232,3 +254,113 @@ class Lengths:
 
     def encode(self, texts: Sequence[str]) -> list[list[float]]:
         return [[float(len(t)), float(ord(t[0]))] for t in texts]
+
+
+HOUR, DAY = timedelta(hours=1), timedelta(days=1)
+
+
+class SweepTables:
+    """The sweep's tables (consumers/knowledge/sweep/app.py's ``SweepStore``, its own session)
+    on :class:`Sources`' rows and :class:`Chunks`' stored ordinals, on the sources' clock, with
+    the rules of the database's functions: nothing younger than an hour is failed (a claim,
+    than a day), the longest pending first, a bounded batch a call; the reason says since when
+    and how many of the chunks were stored. ``claims`` and ``journal``: when each
+    processed-message claim was made and each start-journal row last started; ``indexed``: the
+    tenants (organization, model) with an index of their own. Not kept: a model's state pending
+    alone (a switch's target), which the upload and embed fakes have none of."""
+
+    def __init__(self, sources: Sources, chunks: Chunks | None = None) -> None:
+        self.sources = sources
+        self.chunks = chunks
+        self.clock = sources.clock
+        self.claims: list[datetime] = []
+        self.journal: list[datetime] = []
+        self.indexed: set[tuple[UUID | None, str]] = set()
+        self.sessions = 0
+        self.calls: list[tuple[str, int]] = []
+        """``(statement, batch)`` of each call, in order."""
+
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[SweepTables]:
+        self.sessions += 1
+        yield self
+
+    async def fail_stale(self, older_than: timedelta, batch: int) -> list[Swept]:
+        if batch <= 0:
+            raise ValueError(f"sweep batch must be positive, not {batch}")
+        self.calls.append(("fail_stale", batch))
+        cutoff = self.clock.now() - max(older_than, HOUR)
+        rows = self.sources.rows
+        stale = sorted(
+            (since, source_id)
+            for source_id, since in self.sources.pending_since.items()
+            if rows[source_id].status == "pending" and since < cutoff
+        )[:batch]
+        swept = []
+        for since, source_id in stale:
+            row = rows[source_id]
+            model, reason = self._reason(row, since)
+            rows[source_id] = replace(row, status="failed", status_reason=reason)
+            swept.append(
+                Swept(
+                    row.organization_id,
+                    source_id,
+                    model,
+                    row.title,
+                    reason,
+                    row.reply_to,
+                    row.correlation_id,
+                )
+            )
+        return swept
+
+    def _reason(self, row: SourceState, since: datetime) -> tuple[str | None, str]:
+        """The model the reason names (the first by name), and the reason, as the SQL words it."""
+        at = f"pending for more than an hour (since {since:%Y-%m-%dT%H:%M:%SZ})"
+        expected = self.sources.expected.get((row.id, row.generation), {})
+        if not expected:
+            return None, f"{at} before its text was chunked"
+        model = min(expected)
+        stored = self.chunks.stored if self.chunks is not None else {}
+        count = len(stored.get((row.id, row.generation, model), ()))
+        return model, f"{at}: {count} of {expected[model]} chunks stored under {model}"
+
+    async def source_counts(self) -> SourceCounts:
+        self.calls.append(("source_counts", 0))
+        counts = {status: 0 for status in ("pending", "ready", "failed")}
+        for row in self.sources.rows.values():
+            counts[row.status] += 1
+        since = self.sources.pending_since
+        waiting = [since[i] for i, row in self.sources.rows.items() if row.status == "pending"]
+        oldest = (self.clock.now() - min(waiting)).total_seconds() if waiting else None
+        return SourceCounts(counts, oldest)
+
+    async def unindexed_tenants(self, min_chunks: int) -> int:
+        if min_chunks < 100:
+            raise ValueError(f"the index threshold must be at least 100 chunks, not {min_chunks}")
+        self.calls.append(("unindexed_tenants", min_chunks))
+        sizes: dict[tuple[UUID | None, str], int] = {}
+        for (source_id, generation), counts in self.sources.expected.items():
+            row = self.sources.rows[source_id]
+            if row.generation == generation and row.status != "failed":
+                for model, count in counts.items():
+                    tenant = (row.organization_id, model)
+                    sizes[tenant] = sizes.get(tenant, 0) + count
+        return sum(1 for t, n in sizes.items() if n >= min_chunks and t not in self.indexed)
+
+    def _prune(self, rows: list[datetime], older_than: timedelta, batch: int) -> int:
+        if batch <= 0 or older_than <= timedelta(0):
+            raise ValueError(f"prune batch and retention must be positive: {batch}, {older_than}")
+        cutoff = self.clock.now() - older_than
+        gone = [i for i, at in enumerate(rows) if at < cutoff][:batch]
+        for i in reversed(gone):
+            del rows[i]
+        return len(gone)
+
+    async def prune_ledger(self, older_than: timedelta, batch: int) -> int:
+        self.calls.append(("prune_ledger", batch))
+        return self._prune(self.claims, max(older_than, DAY), batch)
+
+    async def prune_journal(self, older_than: timedelta, batch: int) -> int:
+        self.calls.append(("prune_journal", batch))
+        return self._prune(self.journal, older_than, batch)

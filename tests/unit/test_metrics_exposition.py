@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from consumers.build.metrics import BuildMetrics
 from consumers.knowledge.embed.metrics import EmbedMetrics, TimedEncoder
 from consumers.knowledge.sweep.app import Sweeper, SweepSettings
+from consumers.knowledge.sweep.postgres import PostgresSweepStore
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
@@ -100,7 +101,7 @@ def test_each_model_call_is_observed_with_its_passages() -> None:
 def sweep() -> CollectorRegistry:
     settings = SweepSettings(metrics_port=0)
     database = DatabaseSettings(url="postgresql://u:p@127.0.0.1:1/db")
-    sweeper = Sweeper(settings, database, publisher=None)  # type: ignore[arg-type]
+    sweeper = Sweeper(settings, PostgresSweepStore(database), publisher=None)  # type: ignore[arg-type]
     sweeper.failed.inc()
     sweeper.last_sweep.set_to_current_time()
     return sweeper.registry

@@ -10,6 +10,10 @@ older than ``ledger_retention_s`` and the start journal's rows older than
 Any number of sweepers may run: the database function takes its rows with ``SKIP LOCKED``, so
 two never fail one source twice. It serves ``/metrics``, ``/healthz`` (a sweep that has not
 finished within three intervals is not live) and ``/readyz``.
+
+The :class:`Sweeper` runs on a :class:`SweepStore`, its port to the tables, declared here:
+:class:`~consumers.knowledge.sweep.postgres.PostgresSweepStore` in production (``serve``), one
+in memory in the tests (tests/unit/knowledge_fakes.py).
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ import contextlib
 import logging
 import signal
 import time
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
+from typing import Protocol
 
-import asyncpg
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -29,17 +34,15 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from consumers.knowledge import replies
-from consumers.runtime import journal
+from consumers.knowledge.sweep.postgres import PostgresSweepStore
 from consumers.runtime.database import verify_schema
 from consumers.runtime.health import Health, HealthServer
 from consumers.runtime.kafka import AiokafkaPublisher
 from consumers.runtime.metrics import schema_info
 from consumers.runtime.transport import Publisher
-from contextcore.knowledge.adapters import indexes, store
+from contextcore.knowledge.adapters import indexes
+from contextcore.knowledge.adapters.store import SourceCounts, Swept
 from contextcore.settings import DatabaseSettings
-from contextcore.storage import ledger
-from contextcore.storage.pool import connect
-from contextcore.storage.tenancy import service_role
 from schemas.errors import InfrastructureUnavailable
 
 log = logging.getLogger("contextcore.sweep")
@@ -63,11 +66,43 @@ class SweepSettings(BaseSettings):
     ``--min-chunks``): the gauge counts the tenants past it without one."""
 
 
+class SweepSession(Protocol):
+    """One sweep's view of the tables (in PostgreSQL one connection). Each call is a statement
+    of its own: what one did stays done if a later one fails."""
+
+    async def fail_stale(self, older_than: timedelta, batch: int) -> list[Swept]:
+        """Fail up to ``batch`` sources (or a source's per-model states) pending for longer
+        than ``older_than``, never less than an hour whatever is asked, the longest pending
+        first, across tenants; each with its reason and its uploader's address."""
+
+    async def source_counts(self) -> SourceCounts:
+        """Every tenant's sources by status and the oldest pending one's age."""
+
+    async def unindexed_tenants(self, min_chunks: int) -> int:
+        """How many tenants (organization, model) hold ``min_chunks`` or more chunks without a
+        valid index of their own."""
+
+    async def prune_ledger(self, older_than: timedelta, batch: int) -> int:
+        """Delete up to ``batch`` processed-message claims older than ``older_than`` (never
+        younger than a day); how many went."""
+
+    async def prune_journal(self, older_than: timedelta, batch: int) -> int:
+        """Delete up to ``batch`` start-journal rows last started before ``older_than``; how
+        many went."""
+
+
+class SweepStore(Protocol):
+    """Where the sweep's tables are: a session per sweep."""
+
+    def session(self) -> AbstractAsyncContextManager[SweepSession]:
+        """One sweep's session, closed when the sweep is done with the tables."""
+
+
 class Sweeper:
     def __init__(
         self,
         settings: SweepSettings,
-        database: DatabaseSettings,
+        store: SweepStore,
         publisher: Publisher,
         registry: CollectorRegistry | None = None,
         *,
@@ -76,7 +111,7 @@ class Sweeper:
         """``reply_topics``: where a status may go; the environment's topic settings' rule
         unless given."""
         self.settings = settings
-        self.database = database
+        self.store = store
         self.publisher = publisher
         self.reply_topics = reply_topics or ReplyTopics.of(TopicSettings())
         self.registry = registry or CollectorRegistry()
@@ -118,26 +153,12 @@ class Sweeper:
             return Health(False, f"no sweep has finished for {age:.0f} s")
         return Health(True, "ok")
 
-    async def sweep_once(self) -> list[store.Swept]:
-        conn = await connect(self.database.require_url(), timeout_s=self.database.connect_timeout_s)
-        try:
-            swept: list[store.Swept] = []
-            while True:  # bounded batches until nothing is left
-                batch = await store.sweep(
-                    conn,
-                    older_than=timedelta(seconds=self.settings.older_than_s),
-                    batch=self.settings.batch,
-                    role=self.database.role,
-                )
-                swept.extend(batch)
-                if len(batch) < self.settings.batch:
-                    break
-            counts = await store.source_counts(conn, role=self.database.role)
-            async with service_role(conn, role=self.database.role):
-                unindexed = await indexes.unindexed_tenants(conn, self.settings.index_min_chunks)
-            await self._prune(conn)
-        finally:
-            await conn.close()
+    async def sweep_once(self) -> list[Swept]:
+        async with self.store.session() as tables:
+            swept = await self._fail_stale(tables)
+            counts = await tables.source_counts()
+            unindexed = await tables.unindexed_tenants(self.settings.index_min_chunks)
+            await self._prune(tables)
         for status, count in counts.by_status.items():
             self.sources.labels(status).set(count)
         self.oldest_pending.set(counts.oldest_pending_seconds or 0.0)
@@ -150,23 +171,28 @@ class Sweeper:
         self.last_sweep.set_to_current_time()
         return swept
 
-    async def _prune(self, conn: asyncpg.Connection) -> None:
+    async def _fail_stale(self, tables: SweepSession) -> list[Swept]:
+        """Bounded batches until one comes back short: nothing stale is left."""
+        older_than = timedelta(seconds=self.settings.older_than_s)
+        swept: list[Swept] = []
+        while True:
+            batch = await tables.fail_stale(older_than, self.settings.batch)
+            swept.extend(batch)
+            if len(batch) < self.settings.batch:
+                return swept
+
+    async def _prune(self, tables: SweepSession) -> None:
         """Bounded batches of expired claims and journal rows, until none is left."""
         settings = self.settings
         for prune, retention_s in (
-            (ledger.prune, settings.ledger_retention_s),
-            (journal.prune, settings.journal_retention_s),
+            (tables.prune_ledger, settings.ledger_retention_s),
+            (tables.prune_journal, settings.journal_retention_s),
         ):
             older_than = timedelta(seconds=retention_s)
-            while (
-                await prune(
-                    conn, older_than=older_than, batch=settings.prune_batch, role=self.database.role
-                )
-                == settings.prune_batch
-            ):
+            while await prune(older_than, settings.prune_batch) == settings.prune_batch:
                 pass
 
-    async def _tell(self, row: store.Swept) -> None:
+    async def _tell(self, row: Swept) -> None:
         if row.reply_to is None or row.correlation_id is None:
             return
         message = replies.swept(row.source_id, row.reason, row.correlation_id)
@@ -199,7 +225,7 @@ async def serve(
     await verify_schema(database)
     publisher = AiokafkaPublisher(kafka, client_id="contextcore-sweep")
     await publisher.start()
-    sweeper = Sweeper(settings, database, publisher, reply_topics=reply_topics)
+    sweeper = Sweeper(settings, PostgresSweepStore(database), publisher, reply_topics=reply_topics)
     health = HealthServer(
         sweeper.registry, port=settings.metrics_port, live=sweeper.health, ready=lambda: True
     )
@@ -208,7 +234,10 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     health.start()
-    print(f"sweep ready: every {settings.interval_s:g} s, metrics port {settings.metrics_port}")
+    print(
+        f"sweep ready: every {settings.interval_s:g} s, metrics port {settings.metrics_port}",
+        flush=True,  # a supervisor (or a test) reading the pipe waits for this line
+    )
     try:
         await sweeper.run(stop)
     finally:
