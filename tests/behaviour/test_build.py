@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from broker.topics import dead_letter_topic
-from tests.behaviour.conftest import Rig, reply_topic
+from tests.behaviour.conftest import Rig, own_reply_topic
 from tests.integration.helpers import request_message
 
 
@@ -15,7 +15,7 @@ async def test_a_request_is_answered_on_the_topic_it_names_with_its_correlation_
     rig: Rig,
 ) -> None:
     await rig.start("build")
-    replies = reply_topic(rig, "plain")
+    replies = await own_reply_topic(rig, "plain")
     message = request_message("corr-plain-1", replies)
     message["request"]["entities"] = [{"kind": "crm.company", "id": "c1"}, {"kind": 7}, "not a ref"]
     await rig.send(rig.topics.build_request, json.dumps(message).encode())
@@ -39,7 +39,7 @@ async def test_malformed_json_is_dead_lettered_and_the_next_request_is_answered(
 ) -> None:
     await rig.start("build")
     topic = rig.topics.build_request
-    replies = reply_topic(rig, "after-poison")
+    replies = await own_reply_topic(rig, "after-poison")
     # one key, so one partition: the valid request queues behind the poison one
     await rig.send(topic, b'{"correlation_id": "x", oops', key=b"k")
     await rig.send(topic, json.dumps(request_message("corr-next", replies)).encode(), key=b"k")
@@ -70,7 +70,7 @@ async def test_an_invalid_request_with_a_readable_address_gets_an_error_reply(
     rig: Rig,
 ) -> None:
     await rig.start("build")
-    replies = reply_topic(rig, "invalid")
+    replies = await own_reply_topic(rig, "invalid")
     message = request_message("corr-invalid", replies)
     message["policy"]["total_token_budget"] = "500"  # strict: a string is refused, not coerced
     await rig.send(rig.topics.build_request, json.dumps(message).encode())
@@ -83,7 +83,7 @@ async def test_an_invalid_request_with_a_readable_address_gets_an_error_reply(
 
 async def test_a_policy_naming_a_source_no_one_registered_is_refused(rig: Rig) -> None:
     await rig.start("build")
-    replies = reply_topic(rig, "unknown-source")
+    replies = await own_reply_topic(rig, "unknown-source")
     message = request_message(
         "corr-unknown",
         replies,

@@ -10,7 +10,7 @@ import json
 import uuid
 
 from broker.topics import dead_letter_topic
-from tests.behaviour.conftest import Rig, reply_topic
+from tests.behaviour.conftest import Rig, own_reply_topic
 from tests.behaviour.test_upload import ORG, upload, upload_message
 
 
@@ -18,7 +18,7 @@ async def test_an_uploads_batches_are_embedded_and_the_uploader_hears_ready(rig:
     await rig.organization(ORG)
     await rig.start("upload")
     await rig.start("embed")
-    replies = reply_topic(rig, "embedded")
+    replies = await own_reply_topic(rig, "embedded")
 
     pending = await upload(rig, upload_message("doc-embed", replies), answers=1)
     assert pending["status"] == "pending"
@@ -52,7 +52,7 @@ async def test_a_batch_that_is_not_json_or_names_another_model_is_dead_lettered(
     assert "no-such-model" in by_cause["unknown_model"]["reason"]
     assert {letter["consumer_group"] for letter in letters} == {rig.group("embed")}
 
-    replies = reply_topic(rig, "embedded-after-poison")
+    replies = await own_reply_topic(rig, "embedded-after-poison")
     await upload(rig, upload_message("doc-after", replies), answers=1)
     ready = (await rig.read(replies, until=2))[-1]
     assert (ready["correlation_id"], ready["status"]) == ("doc-after", "ready")

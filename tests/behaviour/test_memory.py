@@ -11,7 +11,7 @@ from typing import Any
 
 from broker.topics import dead_letter_topic
 from schemas.memory import Invoker
-from tests.behaviour.conftest import Rig, reply_topic
+from tests.behaviour.conftest import Rig, own_reply_topic
 from tests.integration.helpers import remember_message
 
 ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000b1")
@@ -41,7 +41,7 @@ async def test_a_memory_is_written_replayed_refused_as_a_duplicate_and_forgotten
 ) -> None:
     await rig.organization(ORG)
     await rig.start("memory")
-    replies = reply_topic(rig, "memory-life")
+    replies = await own_reply_topic(rig, "memory-life")
     note = remember_message("first", replies, PRINCIPAL, text="Prefers calls on Tuesdays")
 
     first = await call(rig, note, answers=1)
@@ -66,7 +66,7 @@ async def test_a_memory_is_written_replayed_refused_as_a_duplicate_and_forgotten
 async def test_a_workflow_node_and_a_model_supplied_subject_key_are_refused(rig: Rig) -> None:
     await rig.organization(ORG)
     await rig.start("memory")
-    replies = reply_topic(rig, "memory-refused")
+    replies = await own_reply_topic(rig, "memory-refused")
     node = PRINCIPAL.model_copy(update={"workflow_node": True})
     refused = await call(rig, remember_message("node", replies, node), answers=1)
     assert (refused["status"], refused["reason"]) == ("refused", "workflow_node")
@@ -82,7 +82,7 @@ async def test_malformed_json_is_dead_lettered_and_the_next_call_is_answered(rig
     await rig.organization(ORG)
     await rig.start("memory")
     topic = rig.topics.memory_write
-    replies = reply_topic(rig, "memory-after-poison")
+    replies = await own_reply_topic(rig, "memory-after-poison")
     await rig.send(topic, b"\xff not json", key=str(ORG).encode())
     answer = await call(rig, remember_message("next", replies, PRINCIPAL), answers=1)
     assert (answer["status"], answer["change"]) == ("written", "created")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from tests.behaviour.conftest import Rig, reply_topic
+from tests.behaviour.conftest import Rig, own_reply_topic
 from tests.integration.helpers import request_message
 
 
@@ -18,7 +18,7 @@ async def send_requests(rig: Rig, replies: str, names: list[str]) -> None:
 
 
 async def test_a_consumer_stopped_and_started_again_answers_each_request_once(rig: Rig) -> None:
-    replies = reply_topic(rig, "restart")
+    replies = await own_reply_topic(rig, "restart")
     await rig.start("build")
     await send_requests(rig, replies, ["r1", "r2", "r3"])
     await rig.read(replies, until=3)
@@ -32,7 +32,7 @@ async def test_a_consumer_stopped_and_started_again_answers_each_request_once(ri
 
 
 async def test_a_consumer_that_dies_mid_stream_loses_no_request(rig: Rig) -> None:
-    replies = reply_topic(rig, "killed")
+    replies = await own_reply_topic(rig, "killed")
     names = [f"k{i}" for i in range(20)]
     await rig.start("build")
     await send_requests(rig, replies, names[:10])

@@ -11,7 +11,7 @@ import uuid
 from typing import Any
 
 from broker.topics import dead_letter_topic
-from tests.behaviour.conftest import Rig, reply_topic
+from tests.behaviour.conftest import Rig, own_reply_topic
 
 ORG = uuid.UUID("7b000000-0000-4000-8000-0000000000c1")
 
@@ -42,7 +42,7 @@ async def test_an_upload_is_answered_pending_and_its_chunks_handed_to_the_embedd
 ) -> None:
     await rig.organization(ORG)
     await rig.start("upload")
-    replies = reply_topic(rig, "upload")
+    replies = await own_reply_topic(rig, "upload")
 
     pending = await upload(rig, upload_message("doc-1", replies), answers=1)
     assert (pending["correlation_id"], pending["status"]) == ("doc-1", "pending")
@@ -66,7 +66,7 @@ async def test_an_upload_is_answered_pending_and_its_chunks_handed_to_the_embedd
 
 async def test_an_upload_that_does_not_validate_is_rejected(rig: Rig) -> None:
     await rig.start("upload")
-    replies = reply_topic(rig, "upload-rejected")
+    replies = await own_reply_topic(rig, "upload-rejected")
     no_scope_owner = upload_message("doc-orphan", replies, organization_id=None)
     rejected = await upload(rig, no_scope_owner, answers=1)
     assert (rejected["correlation_id"], rejected["status"]) == ("doc-orphan", "rejected")
@@ -78,7 +78,7 @@ async def test_malformed_json_is_dead_lettered_and_the_next_upload_is_answered(r
     await rig.organization(ORG)
     await rig.start("upload")
     topic = rig.topics.upload
-    replies = reply_topic(rig, "upload-after-poison")
+    replies = await own_reply_topic(rig, "upload-after-poison")
     await rig.send(topic, b"[1, 2", key=str(ORG).encode())
     pending = await upload(rig, upload_message("doc-next", replies), answers=1)
     assert (pending["correlation_id"], pending["status"]) == ("doc-next", "pending")
