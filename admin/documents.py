@@ -23,8 +23,8 @@ import asyncpg
 
 from contextcore.knowledge.adapters import admin
 from contextcore.knowledge.adapters.admin import Deletion, Document
-from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import Scope, TenantDatabase
 
 

@@ -16,8 +16,8 @@ import asyncpg
 from admin.documents import DocumentsClient
 from broker.settings import KafkaSettings, TopicSettings
 from contextcore.knowledge.adapters import admin, indexes, store
-from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import PLATFORM, Scope, TenantConnection, TenantDatabase
 from producers.command import seconds, whole
 from producers.knowledge import KnowledgeClient

@@ -13,8 +13,8 @@ import asyncpg
 
 from contextcore.memory.adapters.erasure import Selector, erase, subject_selector
 from contextcore.memory.adapters.health import health
-from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect, create_pool
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
 from producers.command import whole
 from schemas.errors import command_parser, run_command

@@ -14,8 +14,8 @@ from uuid import UUID
 import asyncpg
 
 from contextcore.quotas import NAMES, Quotas
-from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import connect
+from contextcore.storage.settings import DatabaseSettings
 from schemas.errors import command_parser, run_command
 
 DESCRIPTION = """Quotas per organization: build requests a second (and the burst above it),

@@ -7,10 +7,10 @@ import sys
 
 import asyncpg
 
-from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect
 from contextcore.storage.provision import provision
+from contextcore.storage.settings import DatabaseSettings
 from schemas.errors import command_parser, run_command
 
 

@@ -44,7 +44,7 @@ def _check_policy(path: Path) -> int:
 
 def _serve(consumer: str) -> int:
     from broker.settings import KafkaSettings
-    from contextcore.settings import DatabaseSettings
+    from contextcore.storage.settings import DatabaseSettings
 
     # Every consumer needs both, and each group is read (a malformed one refused) when its app
     # is made: a setting missing or malformed exits 2 before anything connects, never 3 for

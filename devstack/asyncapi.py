@@ -28,7 +28,7 @@ from consumers.memory.app import create_app as memory_app
 from consumers.memory.settings import MemorySettings
 from consumers.runtime.asyncapi import document
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "asyncapi"
 

@@ -13,7 +13,7 @@ from consumers.knowledge.embed.settings import EmbedSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from devstack.demo import run_demo
 from devstack.stack import DevSettings, DevStack
 from schemas.errors import command_parser, run_command

@@ -24,10 +24,10 @@ import time
 
 from broker.settings import KafkaSettings, TopicSettings
 from broker.topics import all_topics
-from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect, with_database
 from contextcore.storage.provision import Login, provision
+from contextcore.storage.settings import DatabaseSettings
 from devstack import demo_seed
 from devstack.stack import DevStack
 from producers.client import ContextClient

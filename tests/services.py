@@ -46,10 +46,10 @@ from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.encoding import Encoder
-from contextcore.settings import DatabaseSettings, environ
 from contextcore.storage import migrations
 from contextcore.storage.pool import create_pool, with_database
 from contextcore.storage.provision import Login, provision_database, provision_roles
+from contextcore.storage.settings import DatabaseSettings, environ
 from contextcore.storage.tenancy import SERVICE_ROLE, TenantDatabase
 from devstack.stack import TANSU_FETCH_MAX_WAIT_MS, DevStack
 from producers.knowledge import KnowledgeClient

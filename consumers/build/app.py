@@ -39,10 +39,10 @@ from contextcore.knowledge.adapters.queries import QueryVectors
 from contextcore.knowledge.adapters.settings import Encoders, KnowledgeSettings
 from contextcore.packer import ContextPacker
 from contextcore.registry import ContextSourceRegistry
-from contextcore.settings import DatabaseSettings
 from contextcore.storage.invalidation import CacheInvalidator
 from contextcore.storage.positions import PrimaryWatch, ReplayWatch
 from contextcore.storage.quotas import DatabaseQuotas
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.build import BuildReplyV1, BuildRequestV1
 

@@ -24,7 +24,7 @@ from consumers.runtime.metrics import RuntimeMetrics
 from consumers.runtime.transport import Publisher
 from contextcore.memory.adapters.store import PostgresMemoryJournal
 from contextcore.memory.service import MemoryService
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from schemas.memory import MemoryAnswerV1, MemoryWriteV1
 
 DESCRIPTION = (

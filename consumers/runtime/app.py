@@ -49,8 +49,8 @@ from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_fl
 from consumers.runtime.settings import ConsumerSettings
 from consumers.runtime.tracker import TopicPartition
 from consumers.runtime.transport import Publisher, RecordHandler, RecordSource, Transport
-from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
+from contextcore.storage.settings import DatabaseSettings
 from schemas.errors import ConfigurationError
 
 OpenHandler = Callable[[RuntimeMetrics, Publisher], AbstractAsyncContextManager[RecordHandler]]

@@ -13,7 +13,7 @@ from broker.reply_topics import ReplyTopics
 from broker.settings import KafkaSettings, TopicSettings
 from consumers.runtime.app import ConsumerApp
 from consumers.runtime.asyncapi import Channel
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 
 
 @dataclass(frozen=True)

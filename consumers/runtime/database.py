@@ -13,10 +13,10 @@ from functools import partial
 
 import asyncpg
 
-from contextcore.settings import DatabaseSettings
 from contextcore.storage import migrations
 from contextcore.storage.pool import connect, create_pool
 from contextcore.storage.positions import WritePosition, write_position
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.errors import SchemaError
 

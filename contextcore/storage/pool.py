@@ -20,7 +20,7 @@ from schemas.errors import ConfigurationError, InfrastructureUnavailable
 _URL_SETTINGS = tuple(
     f"CONTEXTCORE_DATABASE_{name}" for name in ("URL", "READ_URL", "OWNER_URL", "ADMIN_URL")
 )
-"""The variables a URL comes from (``contextcore.settings``, which this layer does not import)."""
+"""The variables a URL comes from (``contextcore.storage.settings``: the pool takes URLs)."""
 
 _LOGIN_REFUSED = frozenset({"28P01", "28000", "3D000"})
 """invalid_password; invalid_authorization_specification (no such login, or ``pg_hba.conf``

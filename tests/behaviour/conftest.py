@@ -67,7 +67,7 @@ from contextcore.knowledge.embed import Embedder
 from contextcore.knowledge.ingest import Ingestion
 from contextcore.memory.service import MemoryService
 from contextcore.packer import ContextPacker
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from tests.behaviour.journal import DictMemoryJournal
 from tests.integration.helpers import producer, read_json
 from tests.services import Config, ConsumerProcess, StartConsumer

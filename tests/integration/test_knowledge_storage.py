@@ -573,7 +573,7 @@ async def test_the_sweep_service_tells_the_uploader_why_its_source_failed(
     from consumers.knowledge.sweep.app import Sweeper, SweepSettings
     from consumers.knowledge.sweep.postgres import PostgresSweepStore
     from consumers.runtime.kafka import AiokafkaPublisher
-    from contextcore.settings import DatabaseSettings
+    from contextcore.storage.settings import DatabaseSettings
     from tests.integration.helpers import read_json
 
     rng = np.random.default_rng(9)
@@ -822,7 +822,7 @@ async def test_a_tenant_past_the_threshold_gets_its_index_without_an_operator(
     one, by the index's name as indexes.index_name gives it."""
     from consumers.knowledge.sweep.app import Sweeper, SweepSettings
     from consumers.knowledge.sweep.postgres import PostgresSweepStore
-    from contextcore.settings import DatabaseSettings
+    from contextcore.storage.settings import DatabaseSettings
     from tests.integration.test_knowledge_admin import command
 
     rng = np.random.default_rng(23)

@@ -28,7 +28,7 @@ from consumers.knowledge.sweep.app import Sweeper, SweepSettings
 from consumers.knowledge.sweep.postgres import PostgresSweepStore
 from consumers.runtime.kafka import AiokafkaPublisher
 from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from schemas.memory import Invoker
 from schemas.upload import EmbedBatchV1, EmbedChunkV1
 from tests.integration.helpers import (

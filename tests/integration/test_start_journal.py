@@ -15,8 +15,8 @@ import pytest
 from consumers.knowledge.sweep.app import Sweeper, SweepSettings
 from consumers.knowledge.sweep.postgres import PostgresSweepStore
 from consumers.runtime.journal import PostgresJournal, Prior, Start, record_digest
-from contextcore.settings import DatabaseSettings
 from contextcore.storage.pool import create_pool
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import SERVICE_ROLE
 from tests.integration.helpers import free_port, until_true
 from tests.services import Database

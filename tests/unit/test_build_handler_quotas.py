@@ -21,7 +21,7 @@ from consumers.build.settings import BuildSettings
 from consumers.runtime.records import Inbound, Stopwatch
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.quotas import NO_QUOTAS, Quotas
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from tests.unit.test_build_messages import ORG, REPLY_TOPICS, message, reply_of, service
 
 OTHER = "6f1c2a3b-0000-4000-8000-000000000002"

@@ -16,7 +16,7 @@ from consumers.knowledge.sweep.app import SweepSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from producers.command import commands
 
 ROOT = Path(__file__).resolve().parents[2]

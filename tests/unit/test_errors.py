@@ -22,7 +22,7 @@ from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
 from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from schemas.context import ContextPolicy
 from schemas.errors import (
     EXIT_REFUSED,

@@ -15,7 +15,7 @@ from consumers.knowledge.sweep.postgres import PostgresSweepStore
 from consumers.knowledge.upload.metrics import UploadMetrics
 from consumers.memory.metrics import MemoryMetrics
 from consumers.runtime.metrics import RuntimeMetrics, consumer_lag, oldest_in_flight
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from devstack.prometheus import check_metrics
 from schemas.context import ContextBrief
 

@@ -17,7 +17,7 @@ from consumers.build.settings import BuildSettings
 from consumers.knowledge.upload.settings import UploadSettings
 from contextcore.knowledge.adapters.encoder import DEFAULT_MODEL, default_model_path
 from contextcore.knowledge.adapters.settings import ExtraModel, KnowledgeSettings
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from producers.command import seconds, whole
 from schemas.errors import EXIT_USAGE, ConfigurationError, error_lines, exit_code
 

@@ -25,7 +25,7 @@ from consumers.runtime.transport import Publisher
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.adapters.store import PostgresChunkStore
 from contextcore.knowledge.embed import Embedder
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from schemas.upload import EmbedBatchV1, UploadStatusV1
 
 DESCRIPTION = (

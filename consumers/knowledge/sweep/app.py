@@ -42,7 +42,7 @@ from consumers.runtime.metrics import schema_info
 from consumers.runtime.transport import Publisher
 from contextcore.knowledge.adapters import indexes
 from contextcore.knowledge.adapters.store import SourceCounts, Swept
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from schemas.errors import InfrastructureUnavailable
 
 log = logging.getLogger("contextcore.sweep")

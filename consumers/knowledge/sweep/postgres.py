@@ -14,9 +14,9 @@ import asyncpg
 
 from consumers.runtime import journal
 from contextcore.knowledge.adapters import indexes, store
-from contextcore.settings import DatabaseSettings
 from contextcore.storage import ledger
 from contextcore.storage.pool import connect
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import service_role
 
 

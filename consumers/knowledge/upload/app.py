@@ -29,7 +29,7 @@ from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.knowledge.adapters.store import PostgresKnowledgeRepository
 from contextcore.knowledge.extract import Limits
 from contextcore.knowledge.ingest import Ingestion
-from contextcore.settings import DatabaseSettings
+from contextcore.storage.settings import DatabaseSettings
 from contextcore.storage.tenancy import TenantDatabase
 from schemas.upload import EmbedBatchV1, UploadStatusV1, UploadTopicV1
 
