@@ -18,13 +18,11 @@ file was not regenerated.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import importlib.util
 import os
 import re
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -34,6 +32,7 @@ import asyncpg
 from contextcore.storage import migrations
 from contextcore.storage.pool import with_database
 from contextcore.storage.provision import provision_database
+from devstack.generated import generator_main
 from schemas.errors import InfrastructureUnavailable
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "contextcore" / "storage" / "schema.sql"
@@ -122,19 +121,9 @@ async def migrated_snapshot() -> str:
             await conn.close()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devstack.schema_snapshot", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="compare instead of writing")
-    args = parser.parse_args(argv)
-    text = asyncio.run(migrated_snapshot())
-    if args.check:
-        if not SNAPSHOT.exists() or SNAPSHOT.read_text() != text:
-            print(f"{SNAPSHOT} is stale: run python -m devstack.schema_snapshot", file=sys.stderr)
-            return 1
-        return 0
-    SNAPSHOT.write_text(text)
-    print(f"wrote {SNAPSHOT} ({len(text.splitlines())} lines)")
-    return 0
+main = generator_main(
+    "devstack.schema_snapshot", __doc__, SNAPSHOT, lambda: asyncio.run(migrated_snapshot())
+)
 
 
 if __name__ == "__main__":

@@ -11,11 +11,9 @@ subclass's own docstring wins over its base's). tests/unit/test_settings_doc.py 
 
 from __future__ import annotations
 
-import argparse
 import ast
 import inspect
 import json
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -31,6 +29,7 @@ from consumers.knowledge.upload.settings import UploadSettings
 from consumers.memory.settings import MemorySettings
 from contextcore.knowledge.adapters.settings import KnowledgeSettings
 from contextcore.storage.settings import DatabaseSettings
+from devstack.generated import generator_main
 from devstack.stack import DevSettings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,19 +127,7 @@ def document() -> str:
     return head + "\n" + "\n\n".join(table(cls) for cls in GROUPS) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m devstack.settings_doc", description=__doc__)
-    parser.add_argument("--check", action="store_true", help="compare instead of writing")
-    args = parser.parse_args(argv)
-    text = document()
-    if args.check:
-        if not DOC.exists() or DOC.read_text() != text:
-            print(f"{DOC} is stale: run python -m devstack.settings_doc", file=sys.stderr)
-            return 1
-        return 0
-    DOC.write_text(text)
-    print(f"wrote {DOC}")
-    return 0
+main = generator_main("devstack.settings_doc", __doc__, DOC, document)
 
 
 if __name__ == "__main__":
