@@ -336,6 +336,8 @@ class BuildCalls:
             ) from None
         finally:
             self._pending.pop(envelope.correlation_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # a close while the send failed: read, so never logged
 
     def answer(self, value: bytes, offset: int) -> None:
         """One record of the reply topic: the answer of the call waiting on its id, if any."""

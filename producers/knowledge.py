@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from broker.settings import KafkaSettings, TopicSettings
 from producers.client import ChannelOptions, ReplyChannel, channel_options, new_correlation_id
 from producers.staging import INLINE_BYTES, Stage, object_name
-from schemas.errors import ClientError, ReplyTimeout, RequestRefused
+from schemas.errors import ClientClosed, ClientError, ReplyTimeout, RequestRefused
 from schemas.upload import InlineContent, ReingestRequestV1, UploadRequestV1, UploadStatusV1
 
 log = logging.getLogger("contextcore.client")
@@ -70,11 +70,16 @@ class KnowledgeClient(ReplyChannel):
     def __init__(self, *, upload_topic: str, **options: Unpack[ChannelOptions]) -> None:
         super().__init__(**options)
         self.upload_topic = upload_topic
-        self._statuses: dict[str, asyncio.Queue[UploadStatusV1]] = {}
+        self._statuses: dict[str, asyncio.Queue[UploadStatusV1 | None]] = {}
+        """Each waiting upload's statuses as they come; ``None``: the client closed."""
 
     @classmethod
     def from_settings(cls, kafka: KafkaSettings, topics: TopicSettings) -> KnowledgeClient:
         return cls(upload_topic=topics.upload, **channel_options(kafka, topics))
+
+    def _cancel_waiters(self) -> None:
+        for queue in self._statuses.values():
+            queue.put_nowait(None)
 
     def _on_reply(self, value: bytes, offset: int) -> None:
         try:
@@ -167,13 +172,15 @@ class KnowledgeClient(ReplyChannel):
     async def _await_final(
         self, key: str, value: bytes, timeout: float, organization_id: UUID | None
     ) -> UploadStatusV1:
-        queue: asyncio.Queue[UploadStatusV1] = asyncio.Queue()
+        queue: asyncio.Queue[UploadStatusV1 | None] = asyncio.Queue()
         self._statuses[key] = queue
         try:
             await self._send(self.upload_topic, value, key.encode(), organization_id)
             async with asyncio.timeout(timeout):
                 while True:
                     status = await queue.get()
+                    if status is None:
+                        raise ClientClosed(f"the client closed while upload {key} waited")
                     if status.status in FINAL:
                         break
         except TimeoutError:

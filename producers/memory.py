@@ -123,5 +123,7 @@ class MemoryClient(ReplyChannel):
             raise ReplyTimeout(f"memory {message.action} {key} unanswered in {waited}") from None
         finally:
             self._waiting.pop(key, None)
+            if waiter.done() and not waiter.cancelled():
+                waiter.exception()  # a close while the send failed: read, so never logged
         self.session.note(answer.position)
         return answer
