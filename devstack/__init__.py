@@ -10,6 +10,7 @@ asyncapi.py         the AsyncAPI documents under docs/asyncapi, generated from t
 json_schemas.py     docs/schemas/: a JSON Schema of every message, from the models
 schema_snapshot.py  contextcore/storage/schema.sql: the schema after the last migration
 settings_doc.py     docs/settings.md: every environment variable, from the settings classes
+generated.py        the write-or---check command of every generated file
 k8s_validate.py     CI: k8s/ rendered with kustomize and every object validated offline
 k8s_schemas/        the custom resources' schemas that validation reads (generated, npm)
 prometheus.py       Prometheus and promtool for the checks and tests, from Debian's package
