@@ -77,6 +77,13 @@ def own_reply_topic(prefix: str, client_id: str, rule: ReplyTopics | None) -> st
     return topic
 
 
+def request_headers(organization: UUID | None) -> list[tuple[str, bytes]]:
+    """What every request carries beside its body: its organization (the consumer serves
+    organizations in turn: broker/lanes.py) and the current span's trace context (none without
+    a span: broker/tracing.py)."""
+    return [organization_header(organization), *trace_headers()]
+
+
 def not_taken(topic: str, send_timeout_s: float, error: BaseException) -> PublishFailed:
     """The error of a request the broker did not take on ``topic`` (refused, or not within
     ``send_timeout_s``)."""
@@ -265,7 +272,7 @@ class ReplyChannel:
                         topic,
                         value,
                         key=key,
-                        headers=[organization_header(organization), *trace_headers()],
+                        headers=request_headers(organization),
                     )
             except (KafkaError, TimeoutError) as error:
                 raise not_taken(topic, self._send_timeout_s, error) from error

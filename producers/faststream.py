@@ -46,11 +46,16 @@ except ImportError as missing:  # pragma: no cover - the extra is not installed
         "producers.faststream needs FastStream: pip install 'contextcore-client[faststream]'"
     ) from missing
 
-from broker.lanes import organization_header
 from broker.reply_topics import ReplyTopics
 from broker.settings import TopicSettings
-from broker.tracing import trace_headers
-from producers.client import BriefRequests, BuildCalls, Session, not_taken, own_reply_topic
+from producers.client import (
+    BriefRequests,
+    BuildCalls,
+    Session,
+    not_taken,
+    own_reply_topic,
+    request_headers,
+)
 from schemas.build import BuildReplyV1
 from schemas.context import ContextPolicy, ContextRequest
 from schemas.errors import ConfigurationError, InfrastructureUnavailable
@@ -148,13 +153,9 @@ class ContextBriefs(BriefRequests):
                 "ContextBriefs.start() was not called: give it to the app's after_startup"
             )
         envelope = self._calls.envelope(request, policy, explain=explain, read_after=read_after)
-        headers = dict(
-            (name, value.decode())
-            for name, value in (
-                organization_header(request.subject.organization_id),
-                *trace_headers(),
-            )
-        )
+        headers = {
+            name: value.decode() for name, value in request_headers(request.subject.organization_id)
+        }
 
         async def send() -> None:
             try:

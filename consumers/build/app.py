@@ -18,6 +18,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import asyncpg
 
@@ -90,15 +91,7 @@ def create_app(
                 gone,
             )
     env = Environment.of(kafka, topics, database)
-    settings, models = build, knowledge or KnowledgeSettings()
-
-    @asynccontextmanager
-    async def open_handler(
-        metrics: RuntimeMetrics, _publisher: Publisher
-    ) -> AsyncIterator[BuildHandler]:
-        async with open_build_handler(settings, env, models, metrics) as handler:
-            yield handler
-
+    open_handler = partial(open_build_handler, build, env, knowledge or KnowledgeSettings())
     return consumer_app(
         env,
         name="build",
@@ -122,7 +115,11 @@ def create_app(
 
 @asynccontextmanager
 async def open_build_handler(
-    build: BuildSettings, env: Environment, knowledge: KnowledgeSettings, metrics: RuntimeMetrics
+    build: BuildSettings,
+    env: Environment,
+    knowledge: KnowledgeSettings,
+    metrics: RuntimeMetrics,
+    _publisher: Publisher,
 ) -> AsyncIterator[BuildHandler]:
     """The handler of one process: its pools (the sources' database, and the primary when
     they read a replica), the dossier listener, the encoders, the readers, the quotas."""

@@ -56,7 +56,7 @@ class MemoryHandler:
     async def handle(self, record: Inbound, watch: Stopwatch) -> Outcome:
         named: list[tuple[UUID, str]] = []  # the organization an invalid call names, if any
         with watch.stage("decode"):
-            call = self.decode(record.value, named.extend)
+            call = self.decode(record.value, named.append)
         if isinstance(call, RememberV1 | ForgetV1):
             bind_correlation_id(call.correlation_id)  # this record's log lines name it
         else:
@@ -121,16 +121,17 @@ class MemoryHandler:
     def decode(
         self,
         value: bytes | None,
-        named: Callable[[list[tuple[UUID, str]]], object] = lambda _: None,
+        named: Callable[[tuple[UUID, str]], object] = lambda _: None,
     ) -> RememberV1 | ForgetV1 | Reply | DeadLetter:
-        """The call, or what to answer instead; ``named`` hears the organization an invalid
-        call names (none, or one), read from the JSON decoded once."""
+        """The call, or what to answer instead; ``named`` hears the organization (and the
+        operation) an invalid call names, when it names one, read from the JSON decoded once."""
 
         def invalid(
             topic: str, correlation_id: str, message: str, lines: list[str], data: object
         ) -> Reply:
             self.metrics.count_write("unknown", "refused", "invalid_input")
-            named([] if (found := named_organization(data)) is None else [found])
+            if (found := named_organization(data)) is not None:
+                named(found)
             return _reply(topic, _refused(correlation_id, message, lines))
 
         return decode_request(
